@@ -1,0 +1,35 @@
+"""The ``prose`` command. Each subcommand lives in its own module and is loaded lazily,
+so ``prose compile`` never imports the engine, the MCP SDK or database drivers."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# subcommand name -> "module:attribute"
+COMMANDS = {
+    "compile": "openprose.cli.compile_cmd:compile_command",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="openprose", prog_name="prose")
+def cli() -> None:
+    """OpenProse: compile, run and resume multi-agent workflows."""
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,67 @@
+"""Coded diagnostics: what the front end reports about a program."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from openprose.language.nodes import Span
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One problem at one place. ``code`` is E0xx/W0xx (see docs/diagnostics.md)."""
+
+    code: str
+    message: str
+    span: Span
+    severity: Severity
+    file: str | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity is Severity.ERROR
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "file": self.file,
+            "code": self.code,
+            "severity": self.severity.value,
+            "line": self.span.line,
+            "column": self.span.column,
+            "end_line": self.span.end_line,
+            "end_column": self.span.end_column,
+            "message": self.message,
+        }
+
+    def format(self, source: str | None = None) -> str:
+        """``path:line:col: CODE message``, then the source line and a caret."""
+        where = f"{self.file or '<input>'}:{self.span.line}:{self.span.column}"
+        text = f"{where}: {self.code} {self.message}"
+        if source is None:
+            return text
+        lines = source.splitlines()
+        if not 1 <= self.span.line <= len(lines):
+            return text
+        line = lines[self.span.line - 1].expandtabs(1)
+        width = 1
+        if self.span.end_line == self.span.line:
+            width = max(1, self.span.end_column - self.span.column)
+        width = min(width, max(1, len(line) - self.span.column + 1))
+        caret = " " * (self.span.column - 1) + "^" + "~" * (width - 1)
+        return f"{text}\n    {line}\n    {caret}"
+
+
+class CompileError(Exception):
+    """Raised by :func:`openprose.language.compile_or_raise` when a program has errors."""
+
+    def __init__(self, diagnostics: list[Diagnostic], source: str | None = None) -> None:
+        self.diagnostics = diagnostics
+        self.source = source
+        errors = [d for d in diagnostics if d.is_error]
+        super().__init__("\n".join(d.format(source) for d in errors) or "compile failed")
