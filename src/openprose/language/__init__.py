@@ -33,7 +33,7 @@ class CompileResult:
         return self.program is not None and not self.errors
 
 
-def compile(source: str, path: str | None = None) -> CompileResult:  # noqa: A001
+def compile(source: str, path: str | None = None) -> CompileResult:
     """Parse and validate ``source``; never raises for bad input, reports diagnostics instead."""
     from openprose.language.parser import parse
     from openprose.language.validator import validate

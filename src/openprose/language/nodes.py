@@ -8,8 +8,8 @@ e.g. a parallel branch ``primary = try: ...``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Iterator, Union
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +99,14 @@ class Member(Node):
 
     obj: Expr
     attr: str
+
+
+@dataclass(frozen=True, slots=True)
+class Index(Node):
+    """``obj[index]``."""
+
+    obj: Expr
+    index: Expr
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,15 +443,15 @@ class Program(Node):
         return [s for s in self.body if isinstance(s, Use)]
 
 
-Expr = Union[
-    String, Number, Boolean, Null, Name, Member, Array, Object, Discretion, BinaryOp, UnaryOp,
-    Session, Arrow, DoCall, DoBlock, ProgramCall, Pipeline, Parallel, Try, Loop, For, Repeat,
-    If, Choice,
-]
-Stmt = Union[
-    ImportSkill, Use, Input, AgentDef, BlockDef, Let, Assign, Output, ExprStmt, Parallel,
-    Repeat, For, Loop, Try, Throw, Choice, If, DoBlock,
-]
+Expr = (
+    String | Number | Boolean | Null | Name | Member | Index | Array | Object | Discretion
+    | BinaryOp | UnaryOp | Session | Arrow | DoCall | DoBlock | ProgramCall | Pipeline | Parallel
+    | Try | Loop | For | Repeat | If | Choice
+)
+Stmt = (
+    ImportSkill | Use | Input | AgentDef | BlockDef | Let | Assign | Output | ExprStmt | Parallel
+    | Repeat | For | Loop | Try | Throw | Choice | If | DoBlock
+)
 
 
 def walk(node: Node) -> Iterator[Node]:
