@@ -1,10 +1,581 @@
-"""Static checks (filled in below)."""
+"""Static checks: every diagnostic that can be decided without running the program.
+
+Codes follow docs/diagnostics.md. Name rules, chosen so every real program passes:
+- Declarations (``let``/``const``/``output NAME``/``input``/parallel branch names/destructuring)
+  are visible program-wide, except loop, pipeline, catch and block-parameter names, which are
+  scoped to their body.
+- A duplicate ``let``/``const`` (E019) or ``output`` (E024) is one declared twice in the same
+  statement list; declarations in different branches of an ``if`` or ``choice`` are fine.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
 from openprose.language import nodes as n
-from openprose.language.diagnostics import Diagnostic
+from openprose.language.diagnostics import Diagnostic, Severity
+
+MODELS = frozenset({"sonnet", "opus", "haiku"})
+BACKOFFS = frozenset({"none", "linear", "exponential"})
+JOINS = frozenset({"all", "first", "any"})
+ON_FAIL = frozenset({"fail-fast", "continue", "ignore"})
+SESSION_PROPERTIES = frozenset({"model", "prompt", "context", "retry", "backoff", "permissions",
+                                "skills"})
+AGENT_PROPERTIES = SESSION_PROPERTIES | {"persist"}
+PATTERN_PERMISSIONS = frozenset({"read", "write", "execute"})
+MODE_PERMISSIONS = frozenset({"bash", "network"})
+PERMISSION_MODES = frozenset({"allow", "deny", "prompt"})
+MAX_PROMPT = 10_000
+SKILL_SOURCE = re.compile(r"^(github:[\w.-]+/[\w.-]+(/[\w./-]*)?|npm:(@[\w.-]+/)?[\w.-]+"
+                          r"|\.{1,2}/.*|/.*)$")
+USE_PATH = re.compile(r"^(https?://\S+|@?[\w.-]+/[\w./-]+|\.{0,2}/?[\w./-]+\.prose)$")
+
+ImportLoader = Callable[[n.Use, str | None], "n.Program | None"]
 
 
-def validate(program: n.Program, path: str | None = None) -> list[Diagnostic]:
-    return []
+def load_local_import(use: n.Use, importer: str | None) -> n.Program | None:
+    """Parse a ``use`` target that is a local file, to learn its inputs and outputs."""
+    from openprose.language.parser import parse
+
+    target = use.path.text
+    if target.startswith(("http://", "https://")) or not target.endswith(".prose"):
+        return None
+    base = Path(importer).parent if importer else Path.cwd()
+    try:
+        source = (base / target).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    program, _ = parse(source, str(base / target))
+    return program
+
+
+class Validator:
+    def __init__(self, program: n.Program, path: str | None,
+                 load_import: ImportLoader | None) -> None:
+        self.program = program
+        self.path = path
+        self.load_import = load_import
+        self.diagnostics: list[Diagnostic] = []
+        self.agents: dict[str, n.AgentDef] = {}
+        self.blocks: dict[str, n.BlockDef] = {}
+        self.uses: dict[str, n.Use] = {}
+        self.contracts: dict[str, n.Program | None] = {}
+        self.skills: set[str] = set()
+        self.declared: set[str] = set()
+        self.consts: dict[str, n.Node] = {}
+        self.lets: set[str] = set()
+        self.call_results: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ reporting
+    def error(self, code: str, message: str, span: n.Span) -> None:
+        self.diagnostics.append(Diagnostic(code, message, span, Severity.ERROR, self.path))
+
+    def warn(self, code: str, message: str, span: n.Span) -> None:
+        self.diagnostics.append(Diagnostic(code, message, span, Severity.WARNING, self.path))
+
+    # ------------------------------------------------------------------ pass 1: definitions
+    def collect(self) -> None:
+        inputs: dict[str, n.Input] = {}
+        for stmt in self.program.body:
+            if isinstance(stmt, n.AgentDef):
+                if stmt.name in self.agents:
+                    self.error("E006", f"agent '{stmt.name}' is already defined on line "
+                               f"{self.agents[stmt.name].span.line}", stmt.span)
+                else:
+                    self.agents[stmt.name] = stmt
+            elif isinstance(stmt, n.BlockDef):
+                if stmt.name in self.blocks:
+                    self.error("E005", f"block '{stmt.name}' is already defined on line "
+                               f"{self.blocks[stmt.name].span.line}", stmt.span)
+                else:
+                    self.blocks[stmt.name] = stmt
+            elif isinstance(stmt, n.Use):
+                self.collect_use(stmt)
+            elif isinstance(stmt, n.ImportSkill):
+                self.collect_skill_import(stmt)
+        for node in n.walk(self.program):
+            if isinstance(node, n.Input):
+                if not node.name:
+                    self.error("E020", "input needs a name: input NAME: \"description\"", node.span)
+                elif node.name in inputs:
+                    self.error("E021", f"input '{node.name}' is already declared on line "
+                               f"{inputs[node.name].span.line}", node.span)
+                else:
+                    inputs[node.name] = node
+                if isinstance(node.prompt, n.String) and not node.prompt.text.strip():
+                    self.warn("W016", f"input '{node.name}' has an empty description; say what "
+                              "value the caller should give", node.prompt.span)
+            for name, decl in _declarations(node):
+                self.declared.add(name)
+                if isinstance(decl, n.Let) and decl.kind == "const":
+                    self.consts.setdefault(name, decl)
+                elif isinstance(decl, n.Let):
+                    self.lets.add(name)
+                if name in self.agents:
+                    self.error("E031", f"'{name}' is the name of an agent; choose another name "
+                               "for this variable", decl.span)
+
+    def collect_use(self, use: n.Use) -> None:
+        target = use.path.text.strip()
+        if not target:
+            self.error("E011", "use needs a program path, e.g. use \"handle/slug\"", use.path.span)
+            return
+        if not USE_PATH.match(target):
+            self.error("E012", f"'{target}' is not a program path: write handle/slug, an "
+                       "http(s) URL, or a relative path ending in .prose", use.path.span)
+            return
+        for handle, other in self.uses.items():
+            if other.path.text == target or handle == use.handle:
+                what = "program" if other.path.text == target else f"name '{handle}'"
+                self.error("E010", f"this {what} is already imported on line "
+                           f"{other.span.line}", use.span)
+                return
+        self.uses[use.handle] = use
+        self.contracts[use.handle] = self.load_import(use, self.path) if self.load_import else None
+        self.skills.add(use.handle)
+
+    def collect_skill_import(self, imp: n.ImportSkill) -> None:
+        self.skills.add(imp.name.text)
+        if not SKILL_SOURCE.match(imp.source.text):
+            self.warn("W006", f"unknown skill source '{imp.source.text}': expected "
+                      "github:owner/repo[/path], npm:package or a local path (./, ../, /)",
+                      imp.source.span)
+
+    # ------------------------------------------------------------------ pass 2: statements
+    def run(self) -> list[Diagnostic]:
+        self.collect()
+        self.statements(self.program.body, frozenset(), in_catch=False)
+        return self.diagnostics
+
+    def statements(self, body: tuple[n.Node, ...], scope: frozenset[str], in_catch: bool) -> None:
+        lets: dict[str, n.Node] = {}
+        outputs: dict[str, n.Node] = {}
+        for stmt in body:
+            if isinstance(stmt, n.Let):
+                for name in _let_names(stmt):
+                    if name in lets:
+                        self.error("E019", f"'{name}' is already declared on line "
+                                   f"{lets[name].span.line}; assign to it without "
+                                   f"'{stmt.kind}' to change it", stmt.span)
+                    elif name in scope:
+                        self.warn("W017", f"'{name}' hides the variable of the same name from "
+                                  "the enclosing scope", stmt.span)
+                    lets[name] = stmt
+            elif isinstance(stmt, n.Output) and stmt.name:
+                if stmt.name in outputs:
+                    self.error("E024", f"output '{stmt.name}' is already declared on line "
+                               f"{outputs[stmt.name].span.line}", stmt.span)
+                outputs[stmt.name] = stmt
+            self.statement(stmt, scope, in_catch)
+
+    def statement(self, stmt: n.Node, scope: frozenset[str], in_catch: bool) -> None:
+        match stmt:
+            case n.AgentDef():
+                self.properties(stmt.properties, AGENT_PROPERTIES, scope, f"agent '{stmt.name}'")
+            case n.BlockDef():
+                self.block_def(stmt)
+            case n.Let():
+                self.expr(stmt.value, scope)
+                if isinstance(stmt.target, n.Destructure):
+                    self.destructure(stmt.target, stmt.value)
+                elif isinstance(stmt.value, n.ProgramCall):
+                    self.call_results[stmt.target] = stmt.value.callee
+            case n.Assign():
+                self.assignment(stmt, scope)
+            case n.Output():
+                self.expr(stmt.value, scope)
+            case n.ExprStmt():
+                self.expr(stmt.expr, scope)
+            case n.Parallel():
+                self.parallel(stmt, scope, in_catch)
+            case n.Repeat():
+                self.expr(stmt.count, scope)
+                self.loop_body(stmt.body, scope, (stmt.index,), stmt, in_catch)
+            case n.For():
+                self.expr(stmt.collection, scope)
+                self.loop_body(stmt.body, scope, (stmt.item, stmt.index), stmt, in_catch)
+            case n.Loop():
+                if stmt.condition is not None:
+                    self.expr(stmt.condition, scope)
+                if stmt.condition is None and stmt.max is None:
+                    self.warn("W015", "this loop has neither a condition nor (max: N): it runs "
+                              "until the engine's safety limit stops it", stmt.span)
+                if stmt.max is not None and stmt.max < 1:
+                    self.error("E005", "(max: N) must be at least 1", stmt.span)
+                self.loop_body(stmt.body, scope, (stmt.index,), stmt, in_catch)
+            case n.Try():
+                self.statements(stmt.body, scope, in_catch)
+                if stmt.catch_body is not None:
+                    inner = scope | {stmt.catch_name} if stmt.catch_name else scope
+                    self.statements(stmt.catch_body, inner, in_catch=True)
+                if stmt.finally_body is not None:
+                    self.statements(stmt.finally_body, scope, in_catch)
+            case n.Throw():
+                if stmt.message is None and not in_catch:
+                    self.error("E005", "a bare 'throw' re-raises the caught error, so it only "
+                               "works inside a catch block; give a message: throw \"...\"",
+                               stmt.span)
+                elif stmt.message is not None:
+                    self.expr(stmt.message, scope)
+            case n.Choice():
+                self.choice(stmt, scope, in_catch)
+            case n.If():
+                for branch in stmt.branches:
+                    self.expr(branch.condition, scope)
+                    self.statements(branch.body, scope, in_catch)
+                if stmt.else_body is not None:
+                    self.statements(stmt.else_body, scope, in_catch)
+            case n.DoBlock():
+                self.statements(stmt.body, scope, in_catch)
+            case n.Input():
+                if isinstance(stmt.prompt, n.String):
+                    self.string(stmt.prompt, scope)
+
+    def block_def(self, block: n.BlockDef) -> None:
+        seen: set[str] = set()
+        for param in block.params:
+            if param in seen:
+                self.error("E019", f"parameter '{param}' appears twice in block '{block.name}'",
+                           block.span)
+            seen.add(param)
+        if block.max_depth is not None and block.max_depth < 1:
+            self.error("E005", "max_depth must be at least 1", block.span)
+        self.statements(block.body, frozenset(block.params), in_catch=False)
+
+    def loop_body(self, body: tuple[n.Node, ...], scope: frozenset[str],
+                  names: tuple[str | None, ...], node: n.Node, in_catch: bool) -> None:
+        fresh = {name for name in names if name}
+        for name in sorted(fresh):
+            if name in scope or name in self.declared or name in self.agents:
+                what = "an agent" if name in self.agents else "a variable"
+                self.warn("W017", f"loop variable '{name}' hides {what} of the same name",
+                          node.span)
+        self.statements(body, scope | fresh, in_catch)
+
+    def assignment(self, stmt: n.Assign, scope: frozenset[str]) -> None:
+        self.expr(stmt.value, scope)
+        name = stmt.target
+        if name in scope:
+            return
+        if name in self.consts and name not in self.lets:
+            self.error("E030", f"'{name}' is a const (line {self.consts[name].span.line}) and "
+                       "cannot be reassigned; declare it with let instead", stmt.span)
+        elif name not in self.declared:
+            self.error("E029", f"assignment to undeclared variable '{name}': declare it first "
+                       f"with 'let {name} = ...'", stmt.span)
+
+    def parallel(self, par: n.Parallel, scope: frozenset[str], in_catch: bool) -> None:
+        if par.join not in JOINS:
+            self.error("E005", f"unknown join strategy '{par.join}' (expected \"all\", \"first\" "
+                       "or \"any\")", par.span)
+        if par.on_fail not in ON_FAIL:
+            self.error("E005", f"unknown on-fail policy '{par.on_fail}' (expected \"fail-fast\", "
+                       "\"continue\" or \"ignore\")", par.span)
+        if par.count is not None:
+            if par.join != "any":
+                self.error("E005", "count: only applies to the \"any\" join strategy", par.span)
+            elif par.count < 1:
+                self.error("E005", "count: must be at least 1", par.span)
+            elif par.count > len(par.branches):
+                self.warn("W012", f"count: {par.count} is more than the {len(par.branches)} "
+                          "branches, so the block can never succeed", par.span)
+        if not par.branches:
+            self.error("E005", "parallel block has no branches", par.span)
+        names: dict[str, n.Branch] = {}
+        for branch in par.branches:
+            if branch.name:
+                if branch.name in names:
+                    self.error("E019", f"branch name '{branch.name}' is used twice in this "
+                               "parallel block", branch.span)
+                names[branch.name] = branch
+            self.statements((branch.body,), scope, in_catch)
+
+    def choice(self, choice: n.Choice, scope: frozenset[str], in_catch: bool) -> None:
+        self.expr(choice.criteria, scope)
+        if isinstance(choice.criteria, n.Discretion) and not choice.criteria.text.strip():
+            self.error("E005", "choice criteria are empty: say what to decide on", choice.span)
+        if not choice.options:
+            self.error("E005", "choice has no options: add 'option \"label\":' entries",
+                       choice.span)
+        labels: dict[str, n.Option] = {}
+        for option in choice.options:
+            label = option.label.text
+            if label in labels:
+                self.warn("W013", f"option \"{label}\" appears twice; only the first can be "
+                          "chosen", option.span)
+            labels.setdefault(label, option)
+            if not option.body:
+                self.warn("W014", f"option \"{label}\" has an empty body", option.span)
+            self.statements(option.body, scope, in_catch)
+
+    def destructure(self, target: n.Destructure, value: n.Node) -> None:
+        if not isinstance(value, n.ProgramCall):
+            return
+        outputs = self.program_outputs(value.callee)
+        if outputs is None:
+            return
+        for name in target.names:
+            if name not in outputs:
+                self.error("E028", f"program '{value.callee}' has no output '{name}' (it has: "
+                           f"{', '.join(sorted(outputs)) or 'none'})", target.span)
+
+    def program_outputs(self, handle: str) -> set[str] | None:
+        contract = self.contracts.get(handle)
+        if contract is None:
+            return None
+        return {node.name for node in n.walk(contract) if isinstance(node, n.Output) and node.name}
+
+    # ------------------------------------------------------------------ expressions
+    def expr(self, node: n.Node, scope: frozenset[str]) -> None:
+        match node:
+            case n.Name():
+                self.reference(node.id, node.span, scope)
+            case n.String():
+                self.string(node, scope)
+            case n.Member():
+                self.member(node, scope)
+            case n.Session():
+                self.session(node, scope)
+            case n.DoCall():
+                self.do_call(node, scope)
+            case n.ProgramCall():
+                self.program_call(node, scope)
+            case n.Pipeline():
+                self.expr(node.source, scope)
+                for op in node.ops:
+                    names = {op.variable} | ({op.accumulator} if op.accumulator else set())
+                    self.statements(op.body, scope | names, in_catch=False)
+            case n.Object():
+                for entry in node.entries:
+                    self.expr(entry.value, scope)
+            case n.Arrow():
+                for step in node.steps:
+                    self.expr(step, scope)
+            case n.Array() | n.BinaryOp() | n.UnaryOp() | n.Index():
+                for child in node.children():
+                    self.expr(child, scope)
+            case n.Number() | n.Boolean() | n.Null() | n.Discretion():
+                pass
+            case _:
+                self.statement(node, scope, in_catch=False)
+
+    def reference(self, name: str, span: n.Span, scope: frozenset[str]) -> None:
+        if name in scope or name in self.declared or name in self.uses:
+            return
+        if name in self.agents:
+            return  # an agent named as context: its memory
+        self.error("E029", f"undefined variable '{name}'", span)
+
+    def member(self, node: n.Member, scope: frozenset[str]) -> None:
+        self.expr(node.obj, scope)
+        if isinstance(node.obj, n.Name) and node.obj.id in self.call_results \
+                and node.obj.id not in scope:
+            outputs = self.program_outputs(self.call_results[node.obj.id])
+            if outputs is not None and node.attr not in outputs:
+                self.error("E028", f"'{node.obj.id}' has no output '{node.attr}' (it has: "
+                           f"{', '.join(sorted(outputs)) or 'none'})", node.span)
+
+    def string(self, node: n.String, scope: frozenset[str]) -> None:
+        for part in node.interpolations:
+            root = part.path[0]
+            if root in scope or root in self.declared or root in self.uses:
+                continue
+            if node.triple:
+                self.warn("W018", f"'{{{root}}}' names no variable, so it stays as literal text "
+                          "(write \\{ for a literal brace)", part.span)
+            else:
+                self.error("E029", f"undefined variable '{root}' in interpolation", part.span)
+
+    def session(self, session: n.Session, scope: frozenset[str]) -> None:
+        where = "resume" if session.resume else "session"
+        if session.agent is not None and session.agent not in self.agents:
+            self.error("E007", f"undefined agent '{session.agent}'", session.span)
+        agent = self.agents.get(session.agent or "")
+        if session.resume and agent is not None and agent.property("persist") is None:
+            self.error("E017", f"'resume:' needs a persistent agent, but '{agent.name}' has no "
+                       "'persist:' property", session.span)
+        prompt_prop = session.property("prompt")
+        if session.prompt is None and session.agent is None and prompt_prop is None:
+            self.error("E003", "session has neither a prompt nor an agent", session.span)
+        if session.prompt is not None:
+            self.check_prompt(session.prompt, "W001", "session prompt")
+            self.string(session.prompt, scope)
+        self.properties(session.properties, SESSION_PROPERTIES, scope, where)
+
+    def do_call(self, call: n.DoCall, scope: frozenset[str]) -> None:
+        for arg in call.args:
+            self.expr(arg, scope)
+        block = self.blocks.get(call.block)
+        if block is None:
+            self.error("E032", f"undefined block '{call.block}'", call.span)
+        elif len(call.args) != len(block.params):
+            self.error("E005", f"block '{call.block}' takes {len(block.params)} argument(s) "
+                       f"({', '.join(block.params) or 'none'}), got {len(call.args)}", call.span)
+
+    def program_call(self, call: n.ProgramCall, scope: frozenset[str]) -> None:
+        for arg in call.args:
+            self.expr(arg.value, scope)
+        if call.callee not in self.uses:
+            self.error("E025", f"'{call.callee}' is not an imported program: add "
+                       f"'use \"handle/slug\" as {call.callee}'", call.span)
+            return
+        contract = self.contracts.get(call.callee)
+        if contract is None:
+            return
+        inputs = {node.name for node in n.walk(contract) if isinstance(node, n.Input)}
+        given = {arg.name for arg in call.args}
+        for arg in call.args:
+            if arg.name not in inputs:
+                self.error("E027", f"program '{call.callee}' has no input '{arg.name}' (it "
+                           f"takes: {', '.join(sorted(inputs)) or 'none'})", arg.span)
+        for missing in sorted(inputs - given):
+            self.error("E026", f"call to '{call.callee}' is missing input '{missing}'", call.span)
+
+    # ------------------------------------------------------------------ properties
+    def properties(self, props: tuple[n.Property, ...], allowed: frozenset[str],
+                   scope: frozenset[str], owner: str) -> None:
+        seen: dict[str, n.Property] = {}
+        for prop in props:
+            if prop.name in seen:
+                self.error("E009", f"property '{prop.name}' is already set on line "
+                           f"{seen[prop.name].span.line}", prop.name_span)
+            seen[prop.name] = prop
+            if prop.name not in allowed:
+                self.warn("W005", f"unknown property '{prop.name}' on {owner} (known: "
+                          f"{', '.join(sorted(allowed))})", prop.name_span)
+                continue
+            getattr(self, f"prop_{prop.name}")(prop, scope)
+
+    def prop_model(self, prop: n.Property, scope: frozenset[str]) -> None:
+        value = prop.value
+        if isinstance(value, n.Name) and value.id in MODELS:
+            return
+        if isinstance(value, n.String) and value.text.strip():
+            return
+        shown = value.id if isinstance(value, n.Name) else "this value"
+        self.error("E008", f"invalid model '{shown}': use sonnet, opus, haiku or a quoted "
+                   "model id", value.span)
+
+    def prop_prompt(self, prop: n.Property, scope: frozenset[str]) -> None:
+        if isinstance(prop.value, n.String):
+            self.check_prompt(prop.value, "W004", "prompt property")
+            self.string(prop.value, scope)
+        elif not isinstance(prop.value, n.Discretion):
+            self.error("E005", "prompt: takes a string", prop.value.span)
+
+    def check_prompt(self, text: n.String, empty_code: str, what: str) -> None:
+        value = text.text
+        if value == "":
+            self.warn(empty_code, f"empty {what}", text.span)
+        elif not value.strip():
+            self.warn("W002", f"{what} is only whitespace", text.span)
+        elif len(value) > MAX_PROMPT:
+            self.warn("W003", f"{what} is {len(value):,} characters long (over {MAX_PROMPT:,}); "
+                      "consider passing the material as context instead", text.span)
+
+    def prop_persist(self, prop: n.Property, scope: frozenset[str]) -> None:
+        value = prop.value
+        if isinstance(value, n.Boolean) and value.value:
+            return
+        if isinstance(value, n.Name) and value.id in ("project", "user"):
+            return
+        if isinstance(value, n.String) and value.text.strip():
+            return
+        self.error("E005", "persist: takes true, project, user or a quoted path", value.span)
+
+    def prop_context(self, prop: n.Property, scope: frozenset[str]) -> None:
+        if isinstance(prop.value, n.PropertyBlock):
+            for entry in prop.value.properties:
+                if isinstance(entry.value, n.PropertyBlock):
+                    self.error("E005", "context entries take a value, not a block", entry.span)
+                else:
+                    self.expr(entry.value, scope)
+        else:
+            self.expr(prop.value, scope)
+
+    def prop_retry(self, prop: n.Property, scope: frozenset[str]) -> None:
+        value = prop.value
+        if not (isinstance(value, n.Number) and isinstance(value.value, int)):
+            self.error("E005", "retry: takes a whole number of further attempts", value.span)
+
+    def prop_backoff(self, prop: n.Property, scope: frozenset[str]) -> None:
+        value = _word(prop.value)
+        if value not in BACKOFFS:
+            self.error("E005", "backoff: takes none, linear or exponential", prop.value.span)
+
+    def prop_skills(self, prop: n.Property, scope: frozenset[str]) -> None:
+        value = prop.value
+        if not isinstance(value, n.Array):
+            self.error("E013", "skills: takes an array of skill names, e.g. [\"web-search\"]",
+                       value.span)
+            return
+        if not value.items:
+            self.warn("W010", "skills: is empty", value.span)
+        for item in value.items:
+            if not isinstance(item, n.String):
+                self.error("E014", "skill names are strings in quotes", item.span)
+            elif item.text not in self.skills:
+                self.warn("W007", f"skill \"{item.text}\" is not imported: add 'import "
+                          f"\"{item.text}\" from \"...\"'", item.span)
+
+    def prop_permissions(self, prop: n.Property, scope: frozenset[str]) -> None:
+        if not isinstance(prop.value, n.PropertyBlock):
+            self.error("E015", "permissions: takes an indented block (read:, write:, execute:, "
+                       "bash:, network:)", prop.value.span)
+            return
+        for entry in prop.value.properties:
+            value = entry.value
+            if entry.name in PATTERN_PERMISSIONS or (entry.name == "network"
+                                                     and isinstance(value, n.Array)):
+                self.permission_patterns(entry, scope)
+            elif entry.name in MODE_PERMISSIONS:
+                if _word(value) not in PERMISSION_MODES:
+                    self.warn("W009", f"unknown value for {entry.name}: (expected allow, deny or "
+                              "prompt)", value.span)
+            else:
+                self.warn("W008", f"unknown permission '{entry.name}' (known: bash, execute, "
+                          "network, read, write)", entry.name_span)
+
+    def permission_patterns(self, entry: n.Property, scope: frozenset[str]) -> None:
+        value = entry.value
+        if not isinstance(value, n.Array):
+            self.error("E016", f"{entry.name}: takes an array of glob patterns in quotes",
+                       value.span)
+            return
+        for item in value.items:
+            if isinstance(item, n.String):
+                self.string(item, scope)
+            elif isinstance(item, n.Name) and isinstance(
+                    getattr(self.consts.get(item.id), "value", None), n.String):
+                continue
+            else:
+                self.error("E016", "permission patterns are strings in quotes (or the name of "
+                           "a string const)", item.span)
+
+
+def _word(value: n.Node | n.PropertyBlock) -> str | None:
+    if isinstance(value, n.Name):
+        return value.id
+    if isinstance(value, n.String):
+        return value.text
+    return None
+
+
+def _let_names(stmt: n.Let) -> tuple[str, ...]:
+    return stmt.target.names if isinstance(stmt.target, n.Destructure) else (stmt.target,)
+
+
+def _declarations(node: n.Node) -> Iterator[tuple[str, n.Node]]:
+    if isinstance(node, n.Let):
+        for name in _let_names(node):
+            yield name, node
+    elif isinstance(node, n.Output | n.Input | n.Branch) and node.name:
+        yield node.name, node
+
+
+def validate(program: n.Program, path: str | None = None,
+             load_import: ImportLoader | None = load_local_import) -> list[Diagnostic]:
+    """All static diagnostics for ``program`` (parse errors are reported by the parser)."""
+    return Validator(program, path, load_import).run()
