@@ -59,6 +59,9 @@ class Token:
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:-[A-Za-z_][A-Za-z0-9_]*)*")
 NUMBER_RE = re.compile(r"\d+(?:\.\d+)?")
 QUOTES_RE = re.compile(r'"+')
+SPACE_RE = re.compile(r"[ \t\f]+")
+TEXT_RE = re.compile(r'[^"\\{\n]+')
+TRIPLE_TEXT_RE = re.compile(r'[^"\\{]+')
 INTERPOLATION_RE = re.compile(
     r"\{([A-Za-z_][A-Za-z0-9_]*(?:-[A-Za-z_][A-Za-z0-9_]*)*"
     r"(?:\.[A-Za-z_][A-Za-z0-9_]*(?:-[A-Za-z_][A-Za-z0-9_]*)*)*)\}"
@@ -94,13 +97,13 @@ class Lexer:
 
     def advance(self, n: int = 1) -> str:
         text = self.src[self.pos:self.pos + n]
-        for ch in text:
-            if ch == "\n":
-                self.line += 1
-                self.col = 1
-            else:
-                self.col += 1
-        self.pos += n
+        newlines = text.count("\n")
+        if newlines:
+            self.line += newlines
+            self.col = len(text) - text.rfind("\n")
+        else:
+            self.col += len(text)
+        self.pos += len(text)
         return text
 
     def span_from(self, line: int, col: int) -> Span:
@@ -125,7 +128,7 @@ class Lexer:
                     at_line_start = True
                 self.advance()
             elif ch in " \t\f":
-                self.advance()
+                self.advance(len(SPACE_RE.match(self.src, self.pos).group()))  # type: ignore[union-attr]
             elif ch == "#":
                 self.skip_comment()
             elif ch == '"':
@@ -301,7 +304,8 @@ class Lexer:
                 else:
                     buf.append(self.advance())
             else:
-                buf.append(self.advance())
+                chunk = (TRIPLE_TEXT_RE if triple else TEXT_RE).match(self.src, self.pos)
+                buf.append(self.advance(len(chunk.group()) if chunk else 1))
         if buf:
             parts.append("".join(buf))
         span = self.span_from(line, col)

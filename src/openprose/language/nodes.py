@@ -32,10 +32,15 @@ class Node:
 
     def children(self) -> Iterator[Node]:
         """Direct child nodes, in source order."""
-        for f in fields(self):
-            if f.name == "span":
-                continue
-            yield from _nodes_in(getattr(self, f.name))
+        names = _CHILD_FIELDS.get(type(self))
+        if names is None:
+            names = tuple(f.name for f in fields(self) if f.name not in ("span", "name_span"))
+            _CHILD_FIELDS[type(self)] = names
+        for name in names:
+            yield from _nodes_in(getattr(self, name))
+
+
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _nodes_in(value: object) -> Iterator[Node]:
