@@ -1,0 +1,724 @@
+"""The interpreter: runs a validated program exactly, one visit method per AST node.
+
+Control flow is computed here; model calls happen only for sessions (through the provider)
+and for ``**conditions**`` (a verdict). Every session and verdict goes through the
+:class:`~openprose.engine.journal.Journal` under a stable resume key (see :mod:`keys`), so a
+resumed run reuses what already finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from openprose.engine import keys, values
+from openprose.engine.errors import (
+    MemoryMissing,
+    MissingInput,
+    ProgramError,
+    ProviderError,
+    RecursionLimitExceeded,
+    ResumeMismatch,
+    RunawayLoop,
+    SessionFailed,
+    ThrownError,
+    ValueFault,
+)
+from openprose.engine.events import Event, Listener
+from openprose.engine.journal import Journal, SessionSpec
+from openprose.engine.parallel import join
+from openprose.engine.provider import (
+    ContextItem,
+    JudgeRequest,
+    Provider,
+    SessionRequest,
+    Usage,
+)
+from openprose.engine.retry import RetryPolicy, Sleep, real_sleep
+from openprose.engine.scope import Scope
+from openprose.engine.sessions import shape
+from openprose.engine.values import Value
+from openprose.language import nodes as n
+
+DEFAULT_MAX_DEPTH = 100
+
+
+@dataclass(slots=True)
+class Options:
+    """Run-wide knobs. ``ask`` prompts for a missing input (``None``: not interactive)."""
+
+    max_concurrency: int = 16
+    sleep: Sleep = real_sleep
+    retry_base_delay: float = 1.0
+    loop_limit: int = 1000
+    ask: Callable[[str, str], str | None] | None = None
+    listener: Listener | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    block: str
+    execution_id: int
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    """Where execution is: scope, resume path, block frame, the error a catch handles."""
+
+    scope: Scope
+    path: str
+    frame: Frame | None = None
+    error: ProgramError | None = None
+    result: list[Value] | None = None
+
+    def at(self, path: str) -> Ctx:
+        return replace(self, path=path)
+
+    @property
+    def execution_id(self) -> int | None:
+        return self.frame.execution_id if self.frame else None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a value goes: the binding a session writes (``name`` None: anonymous)."""
+
+    name: str | None
+    kind: str = "let"
+    carry: Value = None
+
+
+@dataclass(slots=True)
+class Totals:
+    sessions: int = 0
+    reused: int = 0
+    in_flight: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True)
+class Imported:
+    """An imported program, ready to call."""
+
+    handle: str
+    program: n.Program
+    source: str
+    file: str
+
+
+class Interpreter:
+    def __init__(
+        self,
+        program: n.Program,
+        source: str,
+        journal: Journal,
+        provider: Provider,
+        *,
+        file: str | None = None,
+        inputs: dict[str, Value] | None = None,
+        imports: dict[str, Imported] | None = None,
+        options: Options | None = None,
+        semaphore: asyncio.Semaphore | None = None,
+        totals: Totals | None = None,
+        root_path: str = "",
+    ) -> None:
+        self.program = program
+        self.lines = source.splitlines()
+        self.journal = journal
+        self.provider = provider
+        self.file = file
+        self.inputs = dict(inputs or {})
+        self.imports = imports or {}
+        self.options = options or Options()
+        self.semaphore = semaphore or asyncio.Semaphore(self.options.max_concurrency)
+        self.totals = totals or Totals()
+        self.root_path = root_path
+        self.agents = program.agents
+        self.blocks = program.blocks
+        self.outputs: dict[str, Value] = {}
+
+    async def run(self) -> dict[str, Value]:
+        """Run the program; return its outputs (``output`` bindings by name)."""
+        if self.options.ask is None:
+            for decl in self.program.body:
+                if isinstance(decl, n.Input) and decl.name not in self.inputs:
+                    raise MissingInput(decl.name, _prompt_text(decl.prompt))
+        await self.body(self.program.body, Ctx(Scope(), self.root_path))
+        return self.outputs
+
+    # ----------------------------------------------------------------------- dispatch
+
+    async def body(self, stmts: tuple[n.Node, ...], ctx: Ctx) -> Value:
+        value = None
+        for i, stmt in enumerate(stmts):
+            value = await self.stmt(stmt, ctx.at(keys.child(ctx.path, i)))
+        return value
+
+    async def stmt(self, node: n.Node, ctx: Ctx, target: Target | None = None) -> Value:
+        self.emit("statement", ctx.path, node)
+        try:
+            return await self.visit(node, ctx, target)
+        except ProgramError as err:
+            raise err.located(node.span, self.file) from None
+
+    async def visit(self, node: n.Node, ctx: Ctx, target: Target | None = None) -> Value:
+        method = getattr(self, "v_" + type(node).__name__)
+        return await method(node, ctx, target)
+
+    def emit(self, kind: str, key: str, node: n.Node, text: str = "", tokens: int = 0) -> None:
+        if self.options.listener is not None:
+            self.options.listener(Event(kind, key, node.span.line, text, tokens))
+
+    def source_of(self, node: n.Node) -> str:
+        return "\n".join(self.lines[node.span.line - 1 : node.span.end_line])
+
+    # ----------------------------------------------------------------------- declarations
+
+    async def v_Use(self, node: n.Use, ctx: Ctx, target: Target | None) -> None:
+        return None
+
+    v_ImportSkill = v_AgentDef = v_BlockDef = v_Use
+
+    async def v_Input(self, node: n.Input, ctx: Ctx, target: Target | None) -> Value:
+        if node.name in self.inputs:
+            value = self.inputs[node.name]
+        else:
+            description = _prompt_text(node.prompt)
+            asked = self.options.ask(node.name, description) if self.options.ask else None
+            if asked is None:
+                raise MissingInput(node.name, description)
+            value = self.inputs[node.name] = asked
+        ctx.scope.bind(node.name, value, "input")
+        self.journal.bind(node.name, value, "input", ctx.execution_id, self.source_of(node))
+        return value
+
+    # ----------------------------------------------------------------------- bindings
+
+    async def v_Let(self, node: n.Let, ctx: Ctx, target: Target | None) -> Value:
+        if isinstance(node.target, n.Destructure):
+            value = await self.visit(node.value, ctx)
+            for name in node.target.names:
+                part = values.member(value, name)
+                ctx.scope.bind(name, part, node.kind)
+                self.journal.bind(name, part, node.kind, ctx.execution_id, self.source_of(node))
+            return value
+        return await self.bind(node.target, node.kind, node.value, node, ctx)
+
+    async def v_Assign(self, node: n.Assign, ctx: Ctx, target: Target | None) -> Value:
+        slot = ctx.scope.find(node.target)
+        if slot is not None and slot.kind == "const":
+            raise ValueFault(f"cannot reassign const '{node.target}'")
+        value = await self.evaluate(node.value, ctx, Target(node.target))
+        ctx.scope.assign(node.target, value)
+        if not isinstance(node.value, n.Session):
+            self.journal.bind(node.target, value, "let", ctx.execution_id, self.source_of(node))
+        return value
+
+    async def v_Output(self, node: n.Output, ctx: Ctx, target: Target | None) -> Value:
+        if node.name is None:
+            value = await self.evaluate(node.value, ctx)
+            if ctx.result is not None:
+                ctx.result[:] = [value]
+            return value
+        value = await self.bind(node.name, "output", node.value, node, ctx)
+        self.outputs[node.name] = value
+        return value
+
+    async def bind(self, name: str, kind: str, expr: n.Node, stmt: n.Node, ctx: Ctx) -> Value:
+        """Evaluate ``expr`` into binding ``name``: a session writes it; otherwise the VM does."""
+        value = await self.evaluate(expr, ctx, Target(name, kind))
+        ctx.scope.bind(name, value, kind)
+        if not isinstance(expr, n.Session):
+            self.journal.bind(name, value, kind, ctx.execution_id, self.source_of(stmt))
+        return value
+
+    async def evaluate(self, node: n.Node, ctx: Ctx, target: Target | None = None) -> Value:
+        """Evaluate an expression (compound statements used as values get their location)."""
+        if isinstance(node, n.Session | n.Parallel | n.Loop | n.For | n.Repeat | n.Try
+                      | n.If | n.Choice | n.DoBlock):
+            return await self.stmt(node, ctx, target)
+        return await self.visit(node, ctx, target)
+
+    async def v_ExprStmt(self, node: n.ExprStmt, ctx: Ctx, target: Target | None) -> Value:
+        return await self.visit(node.expr, ctx, target)
+
+    # ----------------------------------------------------------------------- simple values
+
+    async def v_String(self, node: n.String, ctx: Ctx, target: Target | None) -> str:
+        return self.interpolate(node, ctx.scope)
+
+    async def v_Number(self, node: n.Number, ctx: Ctx, target: Target | None) -> Value:
+        return node.value
+
+    v_Boolean = v_Number
+
+    async def v_Null(self, node: n.Null, ctx: Ctx, target: Target | None) -> None:
+        return None
+
+    async def v_Name(self, node: n.Name, ctx: Ctx, target: Target | None) -> Value:
+        return ctx.scope.lookup(node.id)
+
+    async def v_Member(self, node: n.Member, ctx: Ctx, target: Target | None) -> Value:
+        return values.member(await self.visit(node.obj, ctx), node.attr)
+
+    async def v_Index(self, node: n.Index, ctx: Ctx, target: Target | None) -> Value:
+        return values.index(await self.visit(node.obj, ctx), await self.visit(node.index, ctx))
+
+    async def v_Array(self, node: n.Array, ctx: Ctx, target: Target | None) -> list[Value]:
+        return [await self.evaluate(item, ctx.at(keys.child(ctx.path, f"a{i}")))
+                for i, item in enumerate(node.items)]
+
+    async def v_Object(self, node: n.Object, ctx: Ctx, target: Target | None) -> dict:
+        return {e.key: await self.evaluate(e.value, ctx.at(keys.child(ctx.path, f"o{i}")))
+                for i, e in enumerate(node.entries)}
+
+    async def v_BinaryOp(self, node: n.BinaryOp, ctx: Ctx, target: Target | None) -> Value:
+        left = await self.visit(node.left, ctx)
+        if node.op == "and":
+            return values.truthy(left) and values.truthy(await self.visit(node.right, ctx))
+        if node.op == "or":
+            return values.truthy(left) or values.truthy(await self.visit(node.right, ctx))
+        return values.binary(node.op, left, await self.visit(node.right, ctx))
+
+    async def v_UnaryOp(self, node: n.UnaryOp, ctx: Ctx, target: Target | None) -> Value:
+        operand = await self.visit(node.operand, ctx)
+        if node.op == "not":
+            return not values.truthy(operand)
+        return -values.to_number(operand)
+
+    async def v_Discretion(self, node: n.Discretion, ctx: Ctx, target: Target | None) -> bool:
+        return bool(await self.judge(node, ctx, keys.judgment(ctx.path, 0)))
+
+    def interpolate(self, string: n.String, scope: Scope) -> str:
+        out = []
+        for part in string.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            slot = scope.find(part.path[0])
+            if slot is None:
+                out.append("{" + ".".join(part.path) + "}")
+                continue
+            value = slot.value
+            for attr in part.path[1:]:
+                value = values.member(value, attr)
+            out.append(values.to_text(value))
+        return "".join(out)
+
+    # ----------------------------------------------------------------------- sessions
+
+    async def v_Session(self, node: n.Session, ctx: Ctx, target: Target | None) -> str:
+        merged = shape(node, self.agents)
+        if merged.prompt is None:
+            raise ValueFault("session has neither a prompt nor an agent prompt")
+        name = target.name if target else node.label
+        kind = target.kind if target else "let"
+        prompt = self.interpolate(merged.prompt, ctx.scope)
+        system = self.interpolate(merged.system, ctx.scope) if merged.system else None
+        items, refs = self.context(merged.context, ctx)
+        if target is not None and target.carry is not None:
+            items.append(ContextItem("previous", values.to_text(target.carry), "previous step"))
+        digest = keys.input_hash(prompt, system, merged.model, node.agent, node.resume,
+                                 [(i.name, i.text) for i in items])
+        recorded = self.journal.session_result(ctx.path)
+        if recorded is not None:
+            self.check_same(recorded.input_hash, digest, node)
+            self.totals.reused += 1
+            self.emit("session_reused", ctx.path, node)
+            value = recorded.value
+        else:
+            value = await self.spawn(node, ctx, merged, name, kind, prompt, system, items, refs,
+                                     digest)
+        if name is not None and target is None:
+            ctx.scope.bind(name, value, "let")
+        return value
+
+    async def spawn(self, node: n.Session, ctx: Ctx, merged: Any, name: str | None, kind: str,
+                    prompt: str, system: str | None, items: list[ContextItem],
+                    refs: tuple[tuple[str, int | None], ...], digest: str) -> str:
+        persist = merged.persist if node.agent else None
+        if node.resume and not self.journal.has_memory(node.agent or "", persist or "execution"):
+            raise MemoryMissing(f"E018: agent '{node.agent}' has no memory yet; start it with "
+                                f"'session: {node.agent}' before 'resume: {node.agent}'")
+        spec = SessionSpec(ctx.path, digest, name, kind, ctx.execution_id, self.source_of(node),
+                           node.span.line, refs, node.agent if persist else None, persist)
+        handle = self.journal.open_session(spec)
+        memory = handle.io.read_memory() if node.resume else None
+        policy = RetryPolicy(merged.retries, merged.backoff, self.options.retry_base_delay)
+        self.totals.in_flight += 1
+        self.emit("session_start", ctx.path, node, prompt[:120])
+        try:
+            for attempt in range(1, policy.attempts + 1):
+                request = SessionRequest(
+                    key=ctx.path, prompt=prompt, system=system, model=merged.model,
+                    agent=node.agent, binding=name, context=tuple(items), memory=memory,
+                    persistent=persist is not None, skills=merged.skills, attempt=attempt)
+                try:
+                    async with self.semaphore:
+                        result = await self.provider.run_session(request, handle.io)
+                    break
+                except ProviderError as err:
+                    if not err.retryable or attempt == policy.attempts:
+                        handle.abort(str(err))
+                        raise SessionFailed(f"session failed after {attempt} attempt(s): "
+                                            f"{err}") from err
+                    self.emit("session_retry", ctx.path, node, f"attempt {attempt + 1}")
+                    await self.options.sleep(policy.delay(attempt))
+        except asyncio.CancelledError:
+            handle.abort("cancelled")
+            raise
+        finally:
+            self.totals.in_flight -= 1
+        output = handle.finish(result.output, result.usage)
+        self.totals.sessions += 1
+        self.totals.usage += result.usage
+        tokens = result.usage.input_tokens + result.usage.output_tokens
+        self.emit("session_end", ctx.path, node, tokens=tokens)
+        return output
+
+    def context(self, node: n.Node | None, ctx: Ctx
+                ) -> tuple[list[ContextItem], tuple[tuple[str, int | None], ...]]:
+        """Context items (by value and by reference) and the binding refs to grant."""
+        if node is None:
+            return [], ()
+        if isinstance(node, n.Array):
+            entries = [(_label(item), item) for item in node.items]
+        elif isinstance(node, n.Object):
+            entries = [(e.key, e.value) for e in node.entries]
+        elif isinstance(node, n.PropertyBlock):
+            entries = [(p.name, p.value) for p in node.properties]
+        else:
+            entries = [(_label(node), node)]
+        items, refs = [], []
+        for label, expr in entries:
+            value = self.static_value(expr, ctx.scope)
+            root = _root_name(expr)
+            eid = ctx.scope.execution_id_of(root) if root else None
+            location = self.journal.location(root, eid) if root else "inline"
+            text = values.to_text(value) if value is not None else "(no value)"
+            items.append(ContextItem(label, text, location))
+            if root:
+                refs.append((root, eid))
+        return items, tuple(dict.fromkeys(refs))
+
+    def static_value(self, node: n.Node, scope: Scope) -> Value:
+        """Context entries are names, member access, strings or literals: no model calls."""
+        if isinstance(node, n.Name):
+            return scope.lookup(node.id)
+        if isinstance(node, n.Member):
+            return values.member(self.static_value(node.obj, scope), node.attr)
+        if isinstance(node, n.Index):
+            return values.index(self.static_value(node.obj, scope),
+                                self.static_value(node.index, scope))
+        if isinstance(node, n.String):
+            return self.interpolate(node, scope)
+        if isinstance(node, n.Number | n.Boolean):
+            return node.value
+        if isinstance(node, n.Array):
+            return [self.static_value(item, scope) for item in node.items]
+        if isinstance(node, n.Object):
+            return {e.key: self.static_value(e.value, scope) for e in node.entries}
+        return None
+
+    def check_same(self, recorded: str, current: str, node: n.Node) -> None:
+        if recorded != current:
+            where = f"{self.file or '<program>'}:{node.span.line}:{node.span.column}"
+            raise ResumeMismatch(
+                f"{where}: this step no longer matches the recorded run (its input changed: "
+                f"the program or an earlier result differs); start a new run instead")
+
+    # ----------------------------------------------------------------------- judgments
+
+    async def judge(self, node: n.Node, ctx: Ctx, key: str, options: tuple[str, ...] = (),
+                    round_: int = 0, last: Value = None) -> bool | str:
+        """A verdict on a discretion condition (or any expression, evaluated directly)."""
+        if not isinstance(node, n.Discretion):
+            value = await self.visit(node, ctx)
+            if not options:
+                return values.truthy(value)
+            text = values.to_text(value).strip().lower()
+            for option in options:
+                if option.lower() == text:
+                    return option
+            raise ValueFault(f"choice value {text!r} matches no option")
+        text = self.interpolate(_discretion_string(node), ctx.scope)
+        context = (ContextItem("latest", values.to_text(last), "loop body"),) if last else ()
+        digest = keys.input_hash(text, options, round_)
+        recorded = self.journal.verdict(key)
+        if recorded is not None:
+            self.check_same(recorded.input_hash, digest, node)
+            self.emit("verdict_reused", key, node, str(recorded.value))
+            return recorded.value
+        request = JudgeRequest(key, text, options, context, round_)
+        try:
+            async with self.semaphore:
+                verdict = await self.provider.judge(request)
+        except ProviderError as err:
+            raise SessionFailed(f"judging {text[:60]!r} failed: {err}") from err
+        self.journal.record_verdict(key, digest, verdict.value, verdict.reason,
+                                    self.source_of(node), node.span.line)
+        self.totals.usage += verdict.usage
+        self.emit("verdict", key, node, f"{verdict.value}: {verdict.reason}")
+        return verdict.value
+
+    async def v_If(self, node: n.If, ctx: Ctx, target: Target | None) -> Value:
+        for i, branch in enumerate(node.branches):
+            key = keys.judgment(keys.child(ctx.path, f"if{i}"), 0)
+            if await self.judge(branch.condition, ctx.at(key), key):
+                return await self.body(branch.body, ctx.at(keys.child(ctx.path, f"b{i}")))
+        if node.else_body is not None:
+            return await self.body(node.else_body, ctx.at(keys.child(ctx.path, "else")))
+        return None
+
+    async def v_Choice(self, node: n.Choice, ctx: Ctx, target: Target | None) -> Value:
+        labels = tuple(self.interpolate(o.label, ctx.scope) for o in node.options)
+        key = keys.judgment(ctx.path, 0)
+        picked = await self.judge(node.criteria, ctx, key, labels)
+        i = labels.index(str(picked))
+        return await self.body(node.options[i].body, ctx.at(keys.child(ctx.path, f"o{i}")))
+
+    # ----------------------------------------------------------------------- loops
+
+    async def v_Repeat(self, node: n.Repeat, ctx: Ctx, target: Target | None) -> list[Value]:
+        count = values.to_number(await self.visit(node.count, ctx))
+        results = []
+        for i in range(int(count)):
+            scope = ctx.scope.child(transparent=True)
+            if node.index:
+                scope.bind_here(node.index, i, "loop")
+            sub = replace(ctx, scope=scope, path=keys.iteration(ctx.path, i))
+            results.append(await self.body(node.body, sub))
+        return results
+
+    async def v_For(self, node: n.For, ctx: Ctx, target: Target | None) -> list[Value]:
+        collection = values.items_of(await self.visit(node.collection, ctx))
+
+        async def one(i: int, item: Value, transparent: bool) -> Value:
+            scope = ctx.scope.child(transparent=transparent)
+            scope.bind_here(node.item, item, "loop")
+            if node.index:
+                scope.bind_here(node.index, i, "loop")
+            sub = replace(ctx, scope=scope, path=keys.iteration(ctx.path, i))
+            return await self.body(node.body, sub)
+
+        if node.parallel:
+            return await self.fan_out([lambda i=i, x=x: one(i, x, False)
+                                       for i, x in enumerate(collection)], ctx, node)
+        return [await one(i, item, True) for i, item in enumerate(collection)]
+
+    async def v_Loop(self, node: n.Loop, ctx: Ctx, target: Target | None) -> list[Value]:
+        results: list[Value] = []
+        last = None
+        i = 0
+        while True:
+            if node.max is not None and i >= node.max:
+                break
+            if node.mode is not None and node.condition is not None:
+                key = keys.judgment(ctx.path, i)
+                held = await self.judge(node.condition, ctx.at(key), key, round_=i, last=last)
+                if (node.mode == "until") == bool(held):
+                    break
+            if node.max is None and i >= self.options.loop_limit:
+                raise RunawayLoop(f"loop ran {i} iterations without a (max: N); stopped at the "
+                                  f"engine's safety limit")
+            scope = ctx.scope.child(transparent=True)
+            if node.index:
+                scope.bind_here(node.index, i, "loop")
+            sub = replace(ctx, scope=scope, path=keys.iteration(ctx.path, i))
+            last = await self.body(node.body, sub)
+            results.append(last)
+            i += 1
+        return results
+
+    # ----------------------------------------------------------------------- pipelines
+
+    async def v_Pipeline(self, node: n.Pipeline, ctx: Ctx, target: Target | None) -> Value:
+        current: Value = values.items_of(await self.visit(node.source, ctx))
+        for k, op in enumerate(node.ops):
+            path = keys.child(ctx.path, f"p{k}")
+            current = await self.pipe(op, current, ctx.at(path))
+        return current
+
+    async def pipe(self, op: n.PipeOp, items: list[Value], ctx: Ctx) -> Value:
+        def run(i: int, **variables: Value) -> Any:
+            sub = replace(ctx, scope=ctx.scope.child(**variables),
+                          path=keys.iteration(ctx.path, i))
+            return self.body(op.body, sub)
+
+        if op.kind == "reduce":
+            if not items:
+                return None
+            acc = items[0]
+            for i, item in enumerate(items[1:], start=1):
+                acc = await run(i, **{op.accumulator or "acc": acc, op.variable: item})
+            return acc
+        if op.kind == "pmap":
+            return await self.fan_out([lambda i=i, x=x: run(i, **{op.variable: x})
+                                       for i, x in enumerate(items)], ctx, op)
+        results = [await run(i, **{op.variable: item}) for i, item in enumerate(items)]
+        if op.kind == "filter":
+            return [item for item, keep in zip(items, results, strict=True)
+                    if values.truthy(keep)]
+        return results
+
+    # ----------------------------------------------------------------------- parallel
+
+    async def fan_out(self, makers: list[Callable[[], Any]], ctx: Ctx, node: n.Node
+                      ) -> list[Value]:
+        """Run iterations concurrently (fail-fast); values in iteration order."""
+        outcome = await join(makers, on_cancel=lambda i: self.cancelled(
+            keys.iteration(ctx.path, i), node))
+        return [outcome.values.get(i) for i in range(len(makers))]
+
+    def cancelled(self, key: str, node: n.Node) -> None:
+        self.journal.note(key, "cancelled", self.source_of(node), node.span.line)
+        self.emit("cancelled", key, node)
+
+    async def v_Parallel(self, node: n.Parallel, ctx: Ctx, target: Target | None) -> Value:
+        def make(i: int, branch: n.Branch) -> Callable[[], Any]:
+            sub = ctx.at(keys.branch(ctx.path, i))
+            if branch.name is None:
+                return lambda: self.stmt(branch.body, sub)
+            body = branch.body.expr if isinstance(branch.body, n.ExprStmt) else branch.body
+            return lambda: self.bind(branch.name, "let", body, branch, sub)
+
+        outcome = await join(
+            [make(i, b) for i, b in enumerate(node.branches)],
+            strategy=node.join, on_fail=node.on_fail, count=node.count,
+            on_cancel=lambda i: self.cancelled(keys.branch(ctx.path, i), node.branches[i]))
+        for i, branch in enumerate(node.branches):
+            if branch.name is not None and i not in outcome.values:
+                ctx.scope.bind(branch.name, None, "let")
+        if any(b.name for b in node.branches):
+            return {b.name or str(i): outcome.values.get(i) for i, b in enumerate(node.branches)}
+        return [outcome.values.get(i) for i in range(len(node.branches))]
+
+    # ----------------------------------------------------------------------- errors
+
+    async def v_Try(self, node: n.Try, ctx: Ctx, target: Target | None) -> Value:
+        try:
+            value = await self.body(node.body, ctx.at(keys.child(ctx.path, "try")))
+        except ProgramError as err:
+            if node.catch_body is None:
+                await self.run_finally(node, ctx)
+                raise
+            scope = ctx.scope.child(transparent=True)
+            if node.catch_name:
+                scope.bind_here(node.catch_name, err.message, "error")
+            sub = replace(ctx, scope=scope, path=keys.child(ctx.path, "catch"), error=err)
+            try:
+                value = await self.body(node.catch_body, sub)
+            except ProgramError:
+                await self.run_finally(node, ctx)
+                raise
+        await self.run_finally(node, ctx)
+        return value
+
+    async def run_finally(self, node: n.Try, ctx: Ctx) -> None:
+        if node.finally_body is not None:
+            await self.body(node.finally_body, ctx.at(keys.child(ctx.path, "finally")))
+
+    async def v_Throw(self, node: n.Throw, ctx: Ctx, target: Target | None) -> None:
+        if node.message is None:
+            if ctx.error is not None:
+                raise ctx.error
+            raise ThrownError("throw outside a catch body has no error to re-raise")
+        raise ThrownError(values.to_text(await self.visit(node.message, ctx)))
+
+    # ----------------------------------------------------------------------- composition
+
+    async def v_DoBlock(self, node: n.DoBlock, ctx: Ctx, target: Target | None) -> Value:
+        return await self.body(node.body, ctx)
+
+    async def v_Arrow(self, node: n.Arrow, ctx: Ctx, target: Target | None) -> Value:
+        value = None
+        last = len(node.steps) - 1
+        for i, step in enumerate(node.steps):
+            name, kind = (target.name, target.kind) if target and i == last else (None, "let")
+            value = await self.evaluate(step, ctx.at(keys.child(ctx.path, f"s{i}")),
+                                        Target(name, kind, value))
+        return value
+
+    async def v_DoCall(self, node: n.DoCall, ctx: Ctx, target: Target | None) -> Value:
+        block = self.blocks.get(node.block)
+        if block is None:
+            raise ValueFault(f"undefined block '{node.block}'")
+        args = [await self.visit(a, ctx) for a in node.args]
+        if len(args) != len(block.params):
+            raise ValueFault(f"block '{block.name}' takes {len(block.params)} argument(s), "
+                             f"got {len(args)}")
+        depth = (ctx.frame.depth if ctx.frame else 0) + 1
+        limit = block.max_depth or DEFAULT_MAX_DEPTH
+        if depth > limit:
+            raise RecursionLimitExceeded(f"block '{block.name}' exceeded max_depth {limit}")
+        path = keys.call(ctx.path, block.name)
+        bound = dict(zip(block.params, args, strict=True))
+        eid = self.journal.push_frame(block.name, path, bound, depth)
+        scope = Scope(parent=ctx.scope, execution_id=eid)
+        for param, value in bound.items():
+            scope.bind_here(param, value, "param")
+            self.journal.bind(param, value, "param", eid, self.source_of(node))
+        result: list[Value] = []
+        frame = Frame(block.name, eid, depth)
+        try:
+            value = await self.body(block.body, Ctx(scope, path, frame, None, result))
+        finally:
+            self.journal.pop_frame(eid)
+        return result[0] if result else value
+
+    async def v_ProgramCall(self, node: n.ProgramCall, ctx: Ctx, target: Target | None
+                            ) -> dict[str, Value]:
+        imported = self.imports.get(node.callee)
+        if imported is None:
+            raise ValueFault(f"'{node.callee}' is not an imported program")
+        args = {a.name: await self.visit(a.value, ctx) for a in node.args}
+        child = Interpreter(
+            imported.program, imported.source, self.journal.child(imported.handle,
+                                                                  imported.source),
+            self.provider, file=imported.file, inputs=args, options=self.options,
+            semaphore=self.semaphore, totals=self.totals,
+            root_path=keys.call(ctx.path, node.callee))
+        try:
+            return await child.run()
+        except MissingInput as err:
+            raise ValueFault(f"call of '{node.callee}': {err}") from err
+
+
+def _label(node: n.Node) -> str:
+    if isinstance(node, n.Name):
+        return node.id
+    if isinstance(node, n.Member):
+        return f"{_label(node.obj)}.{node.attr}"
+    return "value"
+
+
+def _root_name(node: n.Node) -> str | None:
+    while isinstance(node, n.Member | n.Index):
+        node = node.obj
+    return node.id if isinstance(node, n.Name) else None
+
+
+def _prompt_text(prompt: n.String | n.Discretion) -> str:
+    return prompt.text
+
+
+def _discretion_string(node: n.Discretion) -> n.String:
+    """Discretion text may name bindings as ``{name}``; treat it as a string for that."""
+    parts: list[str | n.Interpolation] = []
+    text = node.text
+    pos = 0
+    while (start := text.find("{", pos)) >= 0:
+        end = text.find("}", start)
+        inner = text[start + 1 : end] if end > start else ""
+        if not inner or not all(p.replace("-", "_").isidentifier() for p in inner.split(".")):
+            parts.append(text[pos : start + 1])
+            pos = start + 1
+            continue
+        parts.append(text[pos:start])
+        parts.append(n.Interpolation(tuple(inner.split(".")), span=node.span))
+        pos = end + 1
+    parts.append(text[pos:])
+    return n.String(tuple(parts), span=node.span)

@@ -1,0 +1,77 @@
+"""What the interpreter needs from the run's state, as one narrow interface.
+
+:class:`StateJournal` implements it on :mod:`openprose.state`; the interpreter never talks to
+the state layer directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from openprose.engine.provider import SessionIO, Usage
+from openprose.engine.values import Value
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """What the journal needs to know to open a session's capability."""
+
+    key: str
+    input_hash: str
+    binding: str | None
+    kind: str
+    execution_id: int | None
+    source: str
+    line: int
+    context: tuple[tuple[str, int | None], ...] = ()
+    agent: str | None = None
+    persist: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A finished step found in the journal."""
+
+    input_hash: str
+    value: Value
+    reason: str = ""
+
+
+class OpenSession(Protocol):
+    """A session in flight: its capability-bound IO, then exactly one of finish/abort."""
+
+    io: SessionIO
+
+    def binding_location(self, name: str, execution_id: int | None) -> str: ...
+
+    def finish(self, output: str | None, usage: Usage) -> str: ...
+
+    def abort(self, error: str) -> None: ...
+
+
+class Journal(Protocol):
+    def session_result(self, key: str) -> Recorded | None: ...
+
+    def open_session(self, spec: SessionSpec) -> OpenSession: ...
+
+    def verdict(self, key: str) -> Recorded | None: ...
+
+    def record_verdict(self, key: str, input_hash: str, value: bool | str, reason: str,
+                       source: str, line: int) -> None: ...
+
+    def bind(self, name: str, value: Value, kind: str, execution_id: int | None,
+             source: str) -> None: ...
+
+    def location(self, name: str, execution_id: int | None) -> str: ...
+
+    def has_memory(self, agent: str, persist: str) -> bool: ...
+
+    def push_frame(self, block: str, call_path: str, args: dict[str, Value],
+                   depth: int) -> int: ...
+
+    def pop_frame(self, execution_id: int) -> None: ...
+
+    def note(self, key: str, status: str, source: str, line: int) -> None: ...
+
+    def child(self, handle: str, program_text: str) -> Journal: ...

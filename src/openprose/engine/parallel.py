@@ -1,0 +1,89 @@
+"""Join strategies and failure policies for ``parallel`` blocks.
+
+:func:`join` runs branch coroutines concurrently and applies the strategy (``all``, ``first``,
+``any`` with ``count``) and the failure policy (``fail-fast``, ``continue``, ``ignore``).
+Branches that lose are cancelled and reported to ``on_cancel``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from openprose.engine.errors import ParallelFailed, ProgramError
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What each branch (by index) produced, failed with, or whether it was cancelled."""
+
+    values: dict[int, Any] = field(default_factory=dict)
+    errors: dict[int, ProgramError] = field(default_factory=dict)
+    cancelled: list[int] = field(default_factory=list)
+
+
+async def join(
+    branches: list[Callable[[], Coroutine[Any, Any, Any]]],
+    *,
+    strategy: str = "all",
+    on_fail: str = "fail-fast",
+    count: int | None = None,
+    on_cancel: Callable[[int], None] = lambda i: None,
+) -> Outcome:
+    """Run ``branches`` and return their outcome, or raise :class:`ParallelFailed`."""
+    tasks = {asyncio.create_task(make()): i for i, make in enumerate(branches)}
+    outcome = Outcome()
+    pending = set(tasks)
+    needed = count or 1
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=tasks.__getitem__):
+                error = task.exception()
+                if error is None:
+                    outcome.values[tasks[task]] = task.result()
+                elif isinstance(error, ProgramError):
+                    outcome.errors[tasks[task]] = error
+                else:
+                    raise error
+            if _settled(outcome, strategy, on_fail, needed):
+                break
+    finally:
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        for task in sorted(pending, key=tasks.__getitem__):
+            outcome.cancelled.append(tasks[task])
+            on_cancel(tasks[task])
+    _check(outcome, strategy, on_fail, needed, len(branches))
+    return outcome
+
+
+def _settled(outcome: Outcome, strategy: str, on_fail: str, needed: int) -> bool:
+    if outcome.errors and on_fail == "fail-fast" and strategy != "any":
+        return True
+    if strategy == "first":
+        return bool(outcome.values or outcome.errors)
+    if strategy == "any":
+        successes = len(outcome.values) + (len(outcome.errors) if on_fail == "ignore" else 0)
+        return successes >= needed
+    return False
+
+
+def _check(outcome: Outcome, strategy: str, on_fail: str, needed: int, total: int) -> None:
+    errors = outcome.errors
+    if not errors or on_fail == "ignore":
+        return
+    if strategy == "any":
+        if len(outcome.values) >= needed:
+            return
+        message = f"parallel (\"any\") got {len(outcome.values)} of {needed} successes"
+    elif strategy == "first" and on_fail == "continue":
+        return
+    else:
+        message = f"{len(errors)} of {total} parallel branches failed"
+    details = "; ".join(f"branch {i + 1}: {e.message}" for i, e in sorted(errors.items()))
+    raise ParallelFailed(f"{message}: {details}", {str(i): e for i, e in errors.items()})

@@ -1,0 +1,139 @@
+"""The provider interface: how the engine spends model calls.
+
+A provider does two things: run a *session* (a task that produces the text of one binding)
+and *judge* a condition (a verdict: a boolean, or an option label for ``choice``). Providers
+get a :class:`SessionIO` bound to the session's capability, so a provider that can act as an
+agent (Anthropic tool loop, an MCP host via sampling) reads its context and writes its own
+binding through it; a provider that only returns text lets the engine write the binding.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ContextItem:
+    """One binding handed to a session: by reference (``location``) and, for providers
+    that cannot read state, by value (``text``)."""
+
+    name: str
+    text: str
+    location: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRequest:
+    """Everything a provider needs to run one session attempt."""
+
+    key: str
+    prompt: str
+    system: str | None = None
+    model: str | None = None
+    agent: str | None = None
+    binding: str | None = None
+    context: tuple[ContextItem, ...] = ()
+    memory: str | None = None
+    persistent: bool = False
+    skills: tuple[str, ...] = ()
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeRequest:
+    """A condition (``options`` empty: answer true/false) or a choice (answer one label)."""
+
+    key: str
+    text: str
+    options: tuple[str, ...] = ()
+    context: tuple[ContextItem, ...] = ()
+    #: How many times this condition was judged before in the same loop (0 outside loops).
+    round: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cost_usd + other.cost_usd,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionResult:
+    """``output`` is the binding's text; ``None`` when the provider wrote it via
+    :meth:`SessionIO.write_output` itself."""
+
+    output: str | None
+    usage: Usage = field(default_factory=Usage)
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A judgment: ``value`` is a bool for conditions, an option label for choices."""
+
+    value: bool | str
+    reason: str = ""
+    usage: Usage = field(default_factory=Usage)
+
+
+class SessionIO(Protocol):
+    """The session's capability, as the provider sees it."""
+
+    def read_context(self, name: str) -> str: ...
+
+    def write_output(self, text: str) -> None: ...
+
+    def read_memory(self) -> str | None: ...
+
+    def write_memory(self, text: str) -> None: ...
+
+
+class Provider(ABC):
+    """Runs sessions and judges conditions. Implementations must be safe to call
+    concurrently from one event loop."""
+
+    name: str = "provider"
+    #: True when the provider fetches context itself through :class:`SessionIO`.
+    reads_context: bool = False
+
+    @abstractmethod
+    async def run_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:
+        """Run one attempt. Raise :class:`~openprose.engine.errors.ProviderError` on failure."""
+
+    @abstractmethod
+    async def judge(self, request: JudgeRequest) -> Verdict:
+        """Judge a condition or pick a choice option."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, most providers hold nothing
+        """Release network clients and files."""
+
+
+# Context handed over by value: short values verbatim (the seed's 2,000-character line); longer
+# ones are cut to an excerpt that points at the full binding, since summarizing needs a model.
+VERBATIM_LIMIT = 2000
+
+
+def inline_context(items: tuple[ContextItem, ...]) -> str:
+    """Render context for a provider that cannot read bindings itself."""
+    parts = []
+    for item in items:
+        text = item.text
+        if len(text) > VERBATIM_LIMIT:
+            half = VERBATIM_LIMIT // 2
+            omitted = len(text) - VERBATIM_LIMIT
+            text = (
+                f"{text[:half]}\n[... {omitted} characters omitted; full value at "
+                f"{item.location} ...]\n{text[-half:]}"
+            )
+        parts.append(f"## {item.name}\n{text}")
+    return "\n\n".join(parts)
