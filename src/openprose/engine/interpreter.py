@@ -27,6 +27,7 @@ from openprose.engine.errors import (
     ValueFault,
 )
 from openprose.engine.events import Event, Listener
+from openprose.engine.imports import Imported
 from openprose.engine.journal import Journal, SessionSpec
 from openprose.engine.parallel import join
 from openprose.engine.provider import (
@@ -97,16 +98,6 @@ class Totals:
     reused: int = 0
     in_flight: int = 0
     usage: Usage = field(default_factory=Usage)
-
-
-@dataclass(frozen=True, slots=True)
-class Imported:
-    """An imported program, ready to call."""
-
-    handle: str
-    program: n.Program
-    source: str
-    file: str
 
 
 class Interpreter:
@@ -678,7 +669,8 @@ class Interpreter:
         child = Interpreter(
             imported.program, imported.source, self.journal.child(imported.handle,
                                                                   imported.source),
-            self.provider, file=imported.file, inputs=args, options=self.options,
+            self.provider, file=imported.file, inputs=args, imports=imported.imports,
+            options=self.options,
             semaphore=self.semaphore, totals=self.totals,
             root_path=keys.call(ctx.path, node.callee))
         try:

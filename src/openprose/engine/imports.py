@@ -1,0 +1,140 @@
+"""``use`` imports: resolve, fetch, cache and compile imported programs.
+
+Resolution (ruling 6): ``http(s)://`` URLs are fetched as given; ``handle/slug`` (optionally
+``@handle/slug``) is registry shorthand for ``https://p.prose.md/handle/slug``; anything else
+is a local path relative to the importing file (or URL). Fetched programs are cached under
+``.prose/cache/imports/`` by content hash, with an index from URL to hash, so a run can go on
+when the network cannot; imported programs' own ``use`` statements resolve the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urljoin, urlparse
+
+import httpx
+
+from openprose.engine.errors import ImportFailed
+from openprose.language import compile as compile_program
+from openprose.language import nodes as n
+
+REGISTRY = "https://p.prose.md"
+_SHORTHAND = re.compile(r"^@?([A-Za-z0-9_][A-Za-z0-9_.-]*)/([A-Za-z0-9_][A-Za-z0-9_.-]*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where an imported program comes from; ``state_name`` is its ``handle--slug`` dir."""
+
+    where: str
+    is_url: bool
+    state_name: str
+
+
+def resolve(spec: str, base: str | None) -> Location:
+    """Resolve a ``use`` path against the importing program's file or URL."""
+    if spec.startswith(("http://", "https://")):
+        return Location(spec, True, _url_state_name(spec))
+    shorthand = _SHORTHAND.match(spec)
+    if shorthand and not spec.endswith(".prose"):
+        handle, slug = shorthand.groups()
+        return Location(f"{REGISTRY}/{handle}/{slug}", True, f"{handle}--{slug}")
+    if base is not None and base.startswith(("http://", "https://")):
+        url = urljoin(base, spec)
+        return Location(url, True, _url_state_name(url))
+    root = Path(base).parent if base else Path.cwd()
+    path = (root / spec).resolve()
+    return Location(str(path), False, f"local--{path.stem}")
+
+
+def _url_state_name(url: str) -> str:
+    parsed = urlparse(url)
+    parts = [p for p in parsed.path.split("/") if p]
+    slug = Path(parts[-1]).stem if parts else "index"
+    handle = parts[-2] if len(parts) >= 2 else parsed.hostname or "remote"
+    return f"{handle}--{slug}"
+
+
+@dataclass(frozen=True, slots=True)
+class Imported:
+    """An imported program, compiled and ready to call, with its own imports."""
+
+    handle: str
+    program: n.Program
+    source: str
+    file: str
+    imports: dict[str, Imported] = field(default_factory=dict)
+
+
+class ImportLoader:
+    """Loads imported programs (recursively) with an on-disk cache for fetched ones."""
+
+    def __init__(self, cache_dir: Path, client: httpx.Client | None = None) -> None:
+        self.cache_dir = cache_dir
+        self.client = client
+
+    def load(self, program: n.Program, file: str | None, seen: tuple[str, ...] = ()
+             ) -> dict[str, Imported]:
+        loaded: dict[str, Imported] = {}
+        for use in program.uses:
+            location = resolve(use.path.text, file)
+            if location.where in seen:
+                raise ImportFailed(f"import cycle through {location.where}")
+            source = self.fetch(location)
+            result = compile_program(source, location.where)
+            if not result.ok or result.program is None:
+                first = result.errors[0].format(source) if result.errors else "no program"
+                raise ImportFailed(f"imported program {use.path.text} has errors:\n{first}")
+            nested = self.load(result.program, location.where, (*seen, location.where))
+            loaded[use.handle] = Imported(location.state_name, result.program, source,
+                                          location.where, nested)
+        return loaded
+
+    def fetch(self, location: Location) -> str:
+        if not location.is_url:
+            try:
+                return Path(location.where).read_text(encoding="utf-8")
+            except OSError as err:
+                raise ImportFailed(f"cannot read imported program {location.where}: "
+                                   f"{err.strerror}") from err
+        try:
+            client = self.client or httpx.Client(follow_redirects=True, timeout=30)
+            response = client.get(location.where)
+            response.raise_for_status()
+        except httpx.HTTPError as err:
+            cached = self._cached(location.where)
+            if cached is not None:
+                return cached
+            raise ImportFailed(f"cannot fetch {location.where}: {err}") from err
+        self._store(location.where, response.text)
+        return response.text
+
+    def _index(self) -> dict[str, str]:
+        try:
+            return json.loads((self.cache_dir / "index.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def _cached(self, url: str) -> str | None:
+        digest = self._index().get(url)
+        if digest is None:
+            return None
+        try:
+            text = (self.cache_dir / f"{digest}.prose").read_text(encoding="utf-8")
+        except OSError:
+            return None
+        return text if hashlib.sha256(text.encode()).hexdigest() == digest else None
+
+    def _store(self, url: str, text: str) -> None:
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        (self.cache_dir / f"{digest}.prose").write_text(text, encoding="utf-8")
+        index = self._index()
+        index[url] = digest
+        tmp = self.cache_dir / "index.json.tmp"
+        tmp.write_text(json.dumps(index, indent=1), encoding="utf-8")
+        tmp.replace(self.cache_dir / "index.json")

@@ -1,0 +1,86 @@
+"""``use`` imports: resolution, local and HTTP programs, the cache, program calls."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from tests.engine.memjournal import MemJournal
+
+from openprose.engine.errors import ImportFailed
+from openprose.engine.imports import ImportLoader, resolve
+from openprose.engine.interpreter import Interpreter
+from openprose.engine.scripted import ScriptedProvider
+from openprose.language import compile_or_raise
+
+CHILD = 'input topic: "t"\noutput findings = session "Find {topic}"\noutput sources = "src"\n'
+
+
+def test_resolution_rules(tmp_path):
+    assert resolve("alice/research", None).where == "https://p.prose.md/alice/research"
+    assert resolve("@alice/research", None).state_name == "alice--research"
+    assert resolve("https://x.org/a/b.prose", None).state_name == "a--b"
+    local = resolve("./lib/helper.prose", str(tmp_path / "main.prose"))
+    assert (local.is_url, local.where) == (False, str(tmp_path / "lib" / "helper.prose"))
+    nested = resolve("other.prose", "https://x.org/pkg/main.prose")
+    assert nested.where == "https://x.org/pkg/other.prose"
+
+
+def _run(tmp_path, main: str, main_file, loader=None):
+    program = compile_or_raise(main, str(main_file))
+    loader = loader or ImportLoader(tmp_path / "cache")
+    imports = loader.load(program, str(main_file))
+    provider = ScriptedProvider({"sessions": [{"match": r"Find (\w+)", "output": r"F:\1"}]})
+    interp = Interpreter(program, main, MemJournal(), provider, file=str(main_file),
+                         imports=imports)
+    return asyncio.run(interp.run())
+
+
+def test_local_import_call_member_and_destructure(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "research.prose").write_text(CHILD)
+    main = ('use "./lib/research.prose" as research\nlet r = research(topic: "AI")\n'
+            'let { findings, sources } = research(topic: "ML")\n'
+            'output a = r.findings\noutput b = findings\noutput c = sources\n')
+    out = _run(tmp_path, main, tmp_path / "main.prose")
+    assert out == {"a": "F:AI", "b": "F:ML", "c": "src"}
+
+
+class _Server:
+    def __init__(self, body: str):
+        self.body, self.hits = body, 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.hits += 1
+                data = outer.body.encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+def test_url_import_is_cached_by_content_hash(tmp_path):
+    server = _Server(CHILD)
+    main = f'use "{server.url}/alice/research.prose" as research\noutput a = research(topic: "X").findings\n'
+    assert _run(tmp_path, main, tmp_path / "main.prose") == {"a": "F:X"}
+    server.httpd.shutdown()
+    server.httpd.server_close()
+    assert _run(tmp_path, main, tmp_path / "main.prose") == {"a": "F:X"}  # from the cache
+    assert len(list((tmp_path / "cache").glob("*.prose"))) == 1
+
+
+def test_broken_import_names_the_program(tmp_path):
+    (tmp_path / "bad.prose").write_text('session\n')
+    with pytest.raises(ImportFailed, match=r"bad\.prose"):
+        _run(tmp_path, 'use "./bad.prose" as bad\n', tmp_path / "main.prose")
