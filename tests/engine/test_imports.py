@@ -66,7 +66,7 @@ class _Server:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
 

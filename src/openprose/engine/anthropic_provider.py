@@ -1,0 +1,260 @@
+"""The Anthropic provider: each session is a small Messages API agent loop.
+
+The session gets tools bound to its capability — read a context binding, write its own
+binding, and (persistent agents) read/write its memory — so it writes its output itself, as
+the state contract says. Conditions are judged with one forced ``verdict`` tool call.
+Rate limits, overload, 5xx and timeouts are retried, waiting as the server's ``retry-after``
+asks. Model aliases come from configuration (``OPENPROSE_MODEL_<ALIAS>``), not code paths.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import anthropic
+
+from openprose.engine.errors import ProviderError, ProviderUnavailable
+from openprose.engine.provider import (
+    JudgeRequest,
+    Provider,
+    SessionIO,
+    SessionRequest,
+    SessionResult,
+    Usage,
+    Verdict,
+)
+from openprose.engine.retry import Sleep, real_sleep
+
+DEFAULT_MODELS = {
+    "opus": "claude-opus-5-5",
+    "sonnet": "claude-sonnet-5-5",
+    "haiku": "claude-haiku-5-5",
+}
+_RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
+
+_READ = {
+    "name": "read_binding",
+    "description": "Read the full value of one context binding you were given, by name.",
+    "input_schema": {"type": "object", "properties": {"name": {"type": "string"}},
+                     "required": ["name"]},
+}
+_WRITE = {
+    "name": "write_output",
+    "description": "Write your complete result into your output binding. Call it once, "
+                   "when your work is done; a later call replaces the earlier value.",
+    "input_schema": {"type": "object", "properties": {"content": {"type": "string"}},
+                     "required": ["content"]},
+}
+_MEMORY_READ = {
+    "name": "read_memory",
+    "description": "Read your persistent memory from earlier sessions.",
+    "input_schema": {"type": "object", "properties": {}},
+}
+_MEMORY_WRITE = {
+    "name": "write_memory",
+    "description": "Replace your persistent memory with a compact summary of what you should "
+                   "remember next time (decisions, open questions, facts learned).",
+    "input_schema": {"type": "object", "properties": {"content": {"type": "string"}},
+                     "required": ["content"]},
+}
+
+
+def model_aliases(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Alias → model id: the defaults, overridden by ``OPENPROSE_MODEL_<ALIAS>`` settings."""
+    env = os.environ if env is None else env
+    models = dict(DEFAULT_MODELS)
+    for key, value in env.items():
+        if key.startswith("OPENPROSE_MODEL_") and value:
+            models[key.removeprefix("OPENPROSE_MODEL_").lower()] = value
+    return models
+
+
+class AnthropicProvider(Provider):
+    name = "anthropic"
+    reads_context = True
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        models: Mapping[str, str] | None = None,
+        default_model: str = "sonnet",
+        max_tokens: int = 8192,
+        max_turns: int = 24,
+        max_retries: int = 5,
+        sleep: Sleep = real_sleep,
+    ) -> None:
+        api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not api_key:
+            raise ProviderUnavailable(
+                "no Anthropic API key: set ANTHROPIC_API_KEY (in the environment or in "
+                ".prose/.env), or run without a model: --provider scripted --script FILE, "
+                "or --dry-run for a plan and cost estimate")
+        self.client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url,
+                                               max_retries=0)
+        self.models = dict(models) if models is not None else model_aliases()
+        self.default_model = default_model
+        self.max_tokens = max_tokens
+        self.max_turns = max_turns
+        self.max_retries = max_retries
+        self.sleep = sleep
+
+    def model_id(self, alias: str | None) -> str:
+        alias = alias or self.default_model
+        return self.models.get(alias, alias)
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    # ----------------------------------------------------------------------- sessions
+
+    async def run_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:
+        tools = [_READ, _WRITE] + ([_MEMORY_READ, _MEMORY_WRITE] if request.persistent else [])
+        tools = [*tools[:-1], {**tools[-1], "cache_control": {"type": "ephemeral"}}]
+        system = [{"type": "text", "text": _session_system(request),
+                   "cache_control": {"type": "ephemeral"}}]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": _session_task(request)}]
+        allowed = {item.name for item in request.context}
+        wrote = False
+        usage = Usage()
+        for _ in range(self.max_turns):
+            response = await self._create(model=self.model_id(request.model), system=system,
+                                          tools=tools, messages=messages,
+                                          max_tokens=self.max_tokens)
+            usage += _usage(response)
+            if response.stop_reason != "tool_use":
+                text = "".join(b.text for b in response.content if b.type == "text").strip()
+                if wrote:
+                    return SessionResult(None, usage, text[:200])
+                return SessionResult(text, usage, text[:200])
+            messages.append({"role": "assistant",
+                             "content": [b.model_dump(exclude_none=True)
+                                         for b in response.content]})
+            results = []
+            for block in response.content:
+                if block.type != "tool_use":
+                    continue
+                content, failed = _run_tool(block.name, block.input, io, allowed)
+                wrote = wrote or (block.name == "write_output" and not failed)
+                results.append({"type": "tool_result", "tool_use_id": block.id,
+                                "content": content, "is_error": failed})
+            messages.append({"role": "user", "content": results})
+        raise ProviderError(f"session did not finish within {self.max_turns} turns",
+                            retryable=False)
+
+    # ----------------------------------------------------------------------- judgments
+
+    async def judge(self, request: JudgeRequest) -> Verdict:
+        if request.options:
+            value_schema: dict[str, Any] = {"type": "string", "enum": list(request.options)}
+            ask = "Pick the option that best fits the criteria."
+        else:
+            value_schema = {"type": "boolean"}
+            ask = "Decide whether the condition holds. When unsure, answer false."
+        tool = {"name": "verdict", "description": "Report your judgment.",
+                "input_schema": {"type": "object",
+                                 "properties": {"value": value_schema,
+                                                "reason": {"type": "string"}},
+                                 "required": ["value", "reason"]}}
+        parts = [f"{ask}\n\nCondition:\n{request.text}"]
+        if request.options:
+            parts.append("Options:\n" + "\n".join(f"- {o}" for o in request.options))
+        parts += [f"## {item.name}\n{item.text}" for item in request.context]
+        response = await self._create(
+            model=self.model_id(None), max_tokens=1024, tools=[tool],
+            tool_choice={"type": "tool", "name": "verdict"},
+            messages=[{"role": "user", "content": "\n\n".join(parts)}])
+        for block in response.content:
+            if block.type == "tool_use" and block.name == "verdict":
+                value = block.input.get("value")
+                if request.options and value not in request.options:
+                    raise ProviderError(f"verdict {value!r} is not an option")
+                return Verdict(value if request.options else bool(value),
+                               str(block.input.get("reason", "")), _usage(response))
+        raise ProviderError("the model returned no verdict")
+
+    # ----------------------------------------------------------------------- transport
+
+    async def _create(self, **kwargs: Any) -> Any:
+        for attempt in range(self.max_retries + 1):
+            try:
+                return await self.client.messages.create(**kwargs)
+            except anthropic.APIStatusError as err:
+                if err.status_code not in _RETRY_STATUS or attempt == self.max_retries:
+                    raise ProviderError(f"Anthropic API {err.status_code}: {err.message}",
+                                        retryable=err.status_code in _RETRY_STATUS) from err
+                await self.sleep(_retry_after(err.response.headers, attempt))
+            except (anthropic.APITimeoutError, anthropic.APIConnectionError) as err:
+                if attempt == self.max_retries:
+                    raise ProviderError(f"Anthropic API unreachable: {err}") from err
+                await self.sleep(min(30.0, 2.0**attempt))
+        raise AssertionError("unreachable")
+
+
+def _retry_after(headers: Mapping[str, str], attempt: int) -> float:
+    for name in ("retry-after-ms", "retry-after"):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            seconds = float(raw) / (1000 if name.endswith("-ms") else 1)
+        except ValueError:
+            continue
+        return max(0.0, min(seconds, 120.0))
+    return min(30.0, 2.0**attempt)
+
+
+def _usage(response: Any) -> Usage:
+    u = response.usage
+    return Usage(u.input_tokens + (getattr(u, "cache_read_input_tokens", 0) or 0),
+                 u.output_tokens)
+
+
+def _run_tool(name: str, args: Any, io: SessionIO, allowed: set[str]) -> tuple[str, bool]:
+    try:
+        if name == "read_binding":
+            binding = str(args.get("name", ""))
+            if binding not in allowed:
+                return f"'{binding}' is not in your context ({', '.join(sorted(allowed))})", True
+            return io.read_context(binding), False
+        if name == "write_output":
+            io.write_output(str(args.get("content", "")))
+            return "written", False
+        if name == "read_memory":
+            return io.read_memory() or "(no memory yet)", False
+        if name == "write_memory":
+            io.write_memory(str(args.get("content", "")))
+            return "memory updated", False
+    except Exception as err:  # a refused capability is reported to the model, not raised
+        return f"{type(err).__name__}: {err}", True
+    return f"unknown tool {name}", True
+
+
+def _session_system(request: SessionRequest) -> str:
+    lines = [
+        "You are one session of an OpenProse program run. Do the task you are given.",
+        "When your work is complete, call write_output once with your full result: that is "
+        "what the rest of the program sees. Then answer with a one-line summary.",
+    ]
+    if request.persistent:
+        lines.append("You are a persistent agent: read your memory first, and before you "
+                     "finish replace it with a compact account of what to remember.")
+    if request.skills:
+        lines.append("Skills available to you: " + ", ".join(request.skills))
+    if request.system:
+        lines.append("\n" + request.system)
+    return "\n".join(lines)
+
+
+def _session_task(request: SessionRequest) -> str:
+    parts = [request.prompt]
+    if request.context:
+        refs = "\n".join(f"- {item.name}: {item.location} ({len(item.text)} characters)"
+                         for item in request.context)
+        parts.append("Context, by reference (read what you need with read_binding):\n" + refs)
+    if request.memory:
+        parts.append("Your memory so far:\n" + request.memory)
+    return "\n\n".join(parts)

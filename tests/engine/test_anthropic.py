@@ -1,0 +1,153 @@
+"""The Anthropic provider against a local HTTP server that speaks the Messages API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from tests.engine.memjournal import MemJournal
+
+from openprose.engine.anthropic_provider import AnthropicProvider, model_aliases
+from openprose.engine.errors import ProviderUnavailable
+from openprose.engine.interpreter import Interpreter, Options
+from openprose.language import compile_or_raise
+
+
+def _message(content, stop_reason):
+    return {"id": "msg_x", "type": "message", "role": "assistant", "model": "m",
+            "content": content, "stop_reason": stop_reason, "stop_sequence": None,
+            "usage": {"input_tokens": 11, "output_tokens": 7}}
+
+
+class MessagesServer:
+    """Replies from a queue of (status, headers, body); records every request body."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.requests: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                outer.requests.append({"path": self.path, "body": json.loads(body),
+                                       "key": self.headers.get("x-api-key") or self.headers.get("authorization")})
+                status, headers, reply = outer.replies.pop(0)
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                for k, v in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    servers = []
+
+    def make(replies):
+        servers.append(MessagesServer(replies))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def _run(source, provider, journal):
+    program = compile_or_raise(source, "t.prose")
+    slept = []
+
+    async def sleep(seconds):
+        slept.append(seconds)
+
+    provider.sleep = sleep
+    interp = Interpreter(program, source, journal, provider, file="t.prose",
+                         options=Options(sleep=sleep))
+    return asyncio.run(interp.run()), slept
+
+
+def test_tool_loop_session_reads_context_and_writes_its_binding(server):
+    srv = server([
+        (200, {}, _message([{"type": "tool_use", "id": "t1", "name": "read_binding",
+                             "input": {"name": "facts"}}], "tool_use")),
+        (200, {}, _message([{"type": "tool_use", "id": "t2", "name": "write_output",
+                             "input": {"content": "SUMMARY OF F"}}], "tool_use")),
+        (200, {}, _message([{"type": "text", "text": "Wrote the summary."}], "end_turn")),
+    ])
+    journal = MemJournal()
+    provider = AnthropicProvider(api_key="k-test", base_url=srv.url,
+                                 models={"haiku": "claude-test-haiku"})
+    out, _ = _run('let facts = "F"\noutput s = session "Summarize"\n  model: haiku\n'
+                  '  context: facts\n', provider, journal)
+    assert out == {"s": "SUMMARY OF F"}
+    first, second = srv.requests[0]["body"], srv.requests[1]["body"]
+    assert first["model"] == "claude-test-haiku" and "k-test" in srv.requests[0]["key"]
+    assert "facts: mem:facts" in first["messages"][0]["content"]
+    assert second["messages"][-1]["content"][0] == {
+        "type": "tool_result", "tool_use_id": "t1", "content": "F", "is_error": False}
+    assert first["system"][0]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_rate_limit_then_success_honours_retry_after(server):
+    srv = server([
+        (429, {"retry-after": "3"}, {"type": "error", "error": {"type": "rate_limit_error",
+                                                                "message": "slow down"}}),
+        (200, {}, _message([{"type": "text", "text": "plain answer"}], "end_turn")),
+    ])
+    provider = AnthropicProvider(api_key="k", base_url=srv.url)
+    out, slept = _run('output s = session "Go"\n', provider, MemJournal())
+    assert out == {"s": "plain answer"}
+    assert slept == [3.0]
+    assert len(srv.requests) == 2
+
+
+def test_verdict_is_a_forced_tool_call(server):
+    srv = server([
+        (200, {}, _message([{"type": "tool_use", "id": "v", "name": "verdict",
+                             "input": {"value": True, "reason": "looks done"}}], "tool_use")),
+    ])
+    journal = MemJournal()
+    provider = AnthropicProvider(api_key="k", base_url=srv.url)
+    _run('if **the work is done**:\n  let x = "yes"\n', provider, journal)
+    assert journal.verdicts["0.if0?0"].value is True
+    assert journal.verdicts["0.if0?0"].reason == "looks done"
+    assert srv.requests[0]["body"]["tool_choice"] == {"type": "tool", "name": "verdict"}
+
+
+def test_reading_a_binding_outside_the_context_is_refused(server):
+    srv = server([
+        (200, {}, _message([{"type": "tool_use", "id": "t1", "name": "read_binding",
+                             "input": {"name": "secret"}}], "tool_use")),
+        (200, {}, _message([{"type": "text", "text": "done"}], "end_turn")),
+    ])
+    provider = AnthropicProvider(api_key="k", base_url=srv.url)
+    _run('let secret = "s"\noutput s = session "Go"\n', provider, MemJournal())
+    result = srv.requests[1]["body"]["messages"][-1]["content"][0]
+    assert result["is_error"] is True and "not in your context" in result["content"]
+
+
+def test_no_api_key_says_how_to_proceed(monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(ProviderUnavailable, match="--provider scripted"):
+        AnthropicProvider()
+
+
+def test_model_aliases_come_from_configuration():
+    models = model_aliases({"OPENPROSE_MODEL_OPUS": "claude-custom"})
+    assert models["opus"] == "claude-custom" and models["haiku"] == "claude-haiku-5-5"
