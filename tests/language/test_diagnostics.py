@@ -146,8 +146,6 @@ def test_contract_checks_need_the_file(tmp_path):
     assert diagnostics(source, str(tmp_path / "main.prose")) == []
 
 
-@pytest.mark.xfail(strict=True, reason="front-end bug: E028 is not checked for {r.attr} "
-                   "interpolation of a call result (it is for context: r.attr)")
 def test_e028_unknown_output_in_interpolation(main_path):
     source = 'use "./lib.prose" as lib\nlet r = lib(topic: "a", depth: "b")\nsession "{r.summary}"\n'
     only(source, "E028", 3, 10, path=main_path)
@@ -258,8 +256,6 @@ def test_e005_choice_without_options_and_without_criteria():
     assert any("criteria" in d.message for d in result.diagnostics)
 
 
-@pytest.mark.xfail(strict=True, reason="front-end bug: 'choice:' without criteria is reported "
-                   "twice (parser at 1:7 and validator at 1:1)")
 def test_choice_without_criteria_is_reported_once():
     only('choice:\n  option "A":\n    session "a"\n', "E005", 1, 7, message="criteria")
 

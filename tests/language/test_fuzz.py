@@ -132,17 +132,12 @@ def test_check_rejects_malformed_diagnostics(monkeypatch):
 # --------------------------------------------------------------------------- known crashes
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="front-end bug: a non-ASCII "
-                   "letter or digit where a token starts crashes the lexer (assert m); when "
-                   "fixed, also set prose_fuzzgen.AVOID_UNICODE_ALNUM_CRASH = False")
 @pytest.mark.parametrize("source", ["é", "let café = 1\n", "let x = ²\n"])
 def test_non_ascii_letter_or_digit_outside_a_string(source):
     result = compile(source)
     assert result.errors
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason="front-end bug: deep nesting "
-                   "overflows the recursive-descent parser instead of giving a diagnostic")
 @pytest.mark.parametrize("source", [
     "let x = " + "[" * 200 + "]" * 200 + "\n",
     "let x = " + "(" * 200 + "1" + ")" * 200 + "\n",

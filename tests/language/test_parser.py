@@ -132,8 +132,6 @@ def test_arrow_after_a_nested_property_block_keeps_the_statement():
     assert second == sess("b")
 
 
-@pytest.mark.xfail(strict=True, reason="front-end bug: a '->' line indented at the property "
-                   "level is swallowed by the last property's value (context: x -> session)")
 def test_indented_arrow_after_properties_continues_the_session():
     source = 'session "a"\n  context: x\n  -> session "b"\n'
     assert one(source) == es(n.Arrow((
@@ -477,9 +475,6 @@ def test_span_of_an_expression_statement_ends_at_its_last_token():
     assert one('session "a"  # trailing comment\n').span == n.Span(1, 1, 1, 12)
 
 
-@pytest.mark.xfail(strict=True, reason="front-end bug: simple statements (let, const, use, "
-                   "input, output, throw, assignment) include the end-of-line token and any "
-                   "trailing comment in their span")
 def test_span_of_a_let_statement_ends_at_its_last_token():
     assert one('let x = "a"  # comment\n').span == n.Span(1, 1, 1, 12)
 

@@ -38,9 +38,15 @@ def compile(source: str, path: str | None = None) -> CompileResult:
     from openprose.language.parser import parse
     from openprose.language.validator import validate
 
-    program, diagnostics = parse(source, path)
-    if program is not None:
-        diagnostics.extend(validate(program, path))
+    try:
+        program, diagnostics = parse(source, path)
+        if program is not None:
+            diagnostics.extend(validate(program, path))
+    except RecursionError:  # a last line of defence; the parser bounds nesting itself
+        span = nodes.Span(1, 1, 1, 1)
+        message = "program is nested too deeply to process"
+        return CompileResult(None, [Diagnostic("E005", message, span, Severity.ERROR, path)],
+                             source, path)
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
     return CompileResult(program, diagnostics, source, path)
 

@@ -135,18 +135,16 @@ class Lexer:
                 self.lex_string()
             elif self.src.startswith("**", self.pos):
                 self.lex_discretion()
-            elif ch.isdigit():
+            elif "0" <= ch <= "9":
                 line, col = self.here()
-                m = NUMBER_RE.match(self.src, self.pos)
-                assert m
-                self.advance(len(m.group()))
-                self.emit(T.NUMBER, m.group(), self.span_from(line, col))
-            elif ch.isalpha() or ch == "_":
+                text = NUMBER_RE.match(self.src, self.pos).group()  # type: ignore[union-attr]
+                self.advance(len(text))
+                self.emit(T.NUMBER, text, self.span_from(line, col))
+            elif "a" <= ch <= "z" or "A" <= ch <= "Z" or ch == "_":
                 line, col = self.here()
-                m = NAME_RE.match(self.src, self.pos)
-                assert m
-                self.advance(len(m.group()))
-                self.emit(T.NAME, m.group(), self.span_from(line, col))
+                text = NAME_RE.match(self.src, self.pos).group()  # type: ignore[union-attr]
+                self.advance(len(text))
+                self.emit(T.NAME, text, self.span_from(line, col))
             else:
                 self.lex_operator()
         self.finish()
@@ -221,7 +219,8 @@ class Lexer:
                 self.emit(T.OP, op, span)
                 return
         ch = self.advance()
-        self.error("E004", f"unexpected character {ch!r}", self.span_from(line, col))
+        hint = " (names use ASCII letters, digits, '_' and '-')" if ch.isalnum() else ""
+        self.error("E004", f"unexpected character {ch!r}{hint}", self.span_from(line, col))
 
     # ------------------------------------------------------------------ discretion
     def lex_discretion(self) -> None:

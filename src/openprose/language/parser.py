@@ -34,6 +34,7 @@ LATER_VERSIONS = {
     "gate": "'gate' blocks belong to a later OpenProse version; this front end implements 0.8",
 }
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+MAX_NESTING = 64  # blocks, brackets and unary operators; keeps every later pass off the C stack
 
 
 class ParseError(Exception):
@@ -49,6 +50,9 @@ class Parser:
         self.path = path
         self.diagnostics: list[Diagnostic] = []
         self.inline = 0  # > 0 while parsing a body written on its header's line
+        self.single_line = 0  # > 0 while parsing a property value: no continuation lines
+        self.pending_dedents = 0  # property blocks left open by an indented '->' or '|' line
+        self.depth = 0
 
     # ------------------------------------------------------------------ token helpers
     @property
@@ -96,11 +100,21 @@ class Parser:
 
     def end_statement(self) -> None:
         if self.pos > 0 and self.tokens[self.pos - 1].kind is T.DEDENT:
-            return  # the statement ended with an indented block
-        if self.tok.kind is T.NEWLINE:
+            pass  # the statement ended with an indented block
+        elif self.tok.kind is T.NEWLINE:
             self.next()
         elif self.tok.kind not in (T.EOF, T.DEDENT):
             self.unexpected("the end of the line")
+        while self.pending_dedents and self.tok.kind is T.DEDENT:
+            self.next()
+            self.pending_dedents -= 1
+
+    def nest(self, token: Token) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            self.depth = 0
+            self.fail("E005", f"nested more than {MAX_NESTING} levels deep; split the program "
+                      "into blocks", token)
 
     def continues_with(self, *ops: str) -> bool:
         """True if the next token (or the first of a continuation line) is one of ``ops``.
@@ -113,17 +127,24 @@ class Parser:
             return self.tok.is_op(*ops) if ops else False
         if self.tok.is_op(*ops):
             return True
-        if self.tok.kind is T.NEWLINE and self.peek().is_op(*ops):
+        if not self.single_line and self.tok.kind is T.NEWLINE and self.peek().is_op(*ops):
             self.next()
             return True
         return False
 
     def span(self, start: Token) -> n.Span:
-        previous = self.tokens[self.pos - 1] if self.pos > 0 else start
+        """From ``start`` to the last token consumed that is not layout (newline, dedent)."""
+        i = self.pos - 1
+        while i > 0 and self.tokens[i].kind in (T.NEWLINE, T.INDENT, T.DEDENT):
+            i -= 1
+        previous = self.tokens[i] if i >= 0 else start
+        if (previous.span.line, previous.span.column) < (start.span.line, start.span.column):
+            previous = start
         return start.span.to(previous.span)
 
     def synchronize(self) -> None:
         """Skip the rest of a broken statement, including any block indented under it."""
+        self.inline = self.single_line = 0
         depth = 0
         while self.tok.kind is not T.EOF:
             kind = self.tok.kind
@@ -181,8 +202,9 @@ class Parser:
             self.next()
             if self.tok.kind is not T.INDENT:
                 self.fail("E005", f"expected an indented block for {what}")
-            self.next()
+            self.nest(self.next())
             stmts = self.statements(until=T.DEDENT)
+            self.depth -= 1
             if self.tok.kind is T.DEDENT:
                 self.next()
             return tuple(stmts)
@@ -508,8 +530,6 @@ class Parser:
     def stmt_choice(self) -> n.Node:
         start = self.next()
         if self.tok.is_op(":"):
-            self.report("E005", "choice needs criteria: choice **what to decide on**:",
-                        self.tok.span)
             criteria: n.Node = n.Discretion("", span=self.tok.span)
         else:
             criteria = self.expression()
@@ -544,12 +564,18 @@ class Parser:
     def property_block(self) -> tuple[n.Property, ...]:
         """NEWLINE INDENT (name: value NEWLINE)* DEDENT."""
         self.next()  # NEWLINE
-        self.next()  # INDENT
+        self.nest(self.next())  # INDENT
         props: list[n.Property] = []
         while self.tok.kind not in (T.DEDENT, T.EOF):
             if self.tok.kind is T.NEWLINE:
                 self.next()
                 continue
+            if self.tok.is_op("->", "|"):
+                # An indented continuation line: the expression this block belongs to goes on;
+                # the block's DEDENT comes after it and is consumed at the statement's end.
+                self.pending_dedents += 1
+                self.depth -= 1
+                return tuple(props)
             before = self.pos
             try:
                 props.append(self.property())
@@ -558,6 +584,7 @@ class Parser:
                 self.synchronize()
                 if self.pos == before:
                     self.next()
+        self.depth -= 1
         if self.tok.kind is T.DEDENT:
             self.next()
         return tuple(props)
@@ -576,7 +603,11 @@ class Parser:
             return n.Property(name.value, value, span=self.span(start), name_span=name.span)
         if self.tok.kind in (T.NEWLINE, T.EOF, T.DEDENT):
             self.fail("E005", f"property '{name.value}' has no value")
-        value = self.expression()
+        self.single_line += 1
+        try:
+            value = self.expression()
+        finally:
+            self.single_line -= 1
         self.end_statement()
         return n.Property(name.value, value, span=self.span(start), name_span=name.span)
 
@@ -627,7 +658,9 @@ class Parser:
     def not_expr(self) -> n.Node:
         if self.tok.is_name("not"):
             start = self.next()
+            self.nest(start)
             operand = self.not_expr()
+            self.depth -= 1
             return n.UnaryOp("not", operand, span=self.span(start))
         return self.comparison()
 
@@ -659,7 +692,10 @@ class Parser:
     def unary(self) -> n.Node:
         if self.tok.is_op("-"):
             start = self.next()
-            return n.UnaryOp("-", self.unary(), span=self.span(start))
+            self.nest(start)
+            operand = self.unary()
+            self.depth -= 1
+            return n.UnaryOp("-", operand, span=self.span(start))
         return self.postfix()
 
     def postfix(self) -> n.Node:
@@ -690,14 +726,17 @@ class Parser:
         if tok.kind is T.DISCRETION:
             self.next()
             return n.Discretion(tok.value, tok.multiline, span=tok.span)
-        if tok.is_op("["):
-            return self.array()
-        if tok.is_op("{"):
-            return self.object()
-        if tok.is_op("("):
-            self.next()
-            inner = self.expression()
-            self.expect_op(")", "')' to close the parenthesis")
+        if tok.is_op("[", "{", "("):
+            self.nest(tok)
+            if tok.value == "[":
+                inner = self.array()
+            elif tok.value == "{":
+                inner = self.object()
+            else:
+                self.next()
+                inner = self.expression()
+                self.expect_op(")", "')' to close the parenthesis")
+            self.depth -= 1
             return inner
         if tok.kind is T.NAME:
             if tok.value in ("session", "resume") and not self.peek().is_op("=", "."):

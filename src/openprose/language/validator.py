@@ -295,7 +295,8 @@ class Validator:
     def choice(self, choice: n.Choice, scope: frozenset[str], in_catch: bool) -> None:
         self.expr(choice.criteria, scope)
         if isinstance(choice.criteria, n.Discretion) and not choice.criteria.text.strip():
-            self.error("E005", "choice criteria are empty: say what to decide on", choice.span)
+            self.error("E005", "choice needs criteria: choice **what to decide on**:",
+                       choice.criteria.span)
         if not choice.options:
             self.error("E005", "choice has no options: add 'option \"label\":' entries",
                        choice.span)
@@ -372,15 +373,20 @@ class Validator:
         self.expr(node.obj, scope)
         if isinstance(node.obj, n.Name) and node.obj.id in self.call_results \
                 and node.obj.id not in scope:
-            outputs = self.program_outputs(self.call_results[node.obj.id])
-            if outputs is not None and node.attr not in outputs:
-                self.error("E028", f"'{node.obj.id}' has no output '{node.attr}' (it has: "
-                           f"{', '.join(sorted(outputs)) or 'none'})", node.span)
+            self.check_output(node.obj.id, node.attr, node.span)
+
+    def check_output(self, variable: str, attr: str, span: n.Span) -> None:
+        outputs = self.program_outputs(self.call_results[variable])
+        if outputs is not None and attr not in outputs:
+            self.error("E028", f"'{variable}' has no output '{attr}' (it has: "
+                       f"{', '.join(sorted(outputs)) or 'none'})", span)
 
     def string(self, node: n.String, scope: frozenset[str]) -> None:
         for part in node.interpolations:
             root = part.path[0]
             if root in scope or root in self.declared or root in self.uses:
+                if len(part.path) > 1 and root in self.call_results and root not in scope:
+                    self.check_output(root, part.path[1], part.span)
                 continue
             if node.triple:
                 self.warn("W018", f"'{{{root}}}' names no variable, so it stays as literal text "
