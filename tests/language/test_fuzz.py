@@ -129,20 +129,48 @@ def test_check_rejects_malformed_diagnostics(monkeypatch):
         g.check('session "x" @\n')
 
 
-# --------------------------------------------------------------------------- known crashes
+# --------------------------------------------------------------------------- former crashes
 
 
-@pytest.mark.parametrize("source", ["é", "let café = 1\n", "let x = ²\n"])
-def test_non_ascii_letter_or_digit_outside_a_string(source):
-    result = compile(source)
-    assert result.errors
+@pytest.mark.parametrize(("source", "column"), [
+    ("é", 1), ("let café = 1\n", 8), ("let x = ²\n", 9), ("let x = ٣\n", 9),
+])
+def test_non_ascii_letter_or_digit_outside_a_string(source, column):
+    result = g.check(source)
+    first = result.errors[0]
+    assert (first.code, first.span.line, first.span.column) == ("E004", 1, column)
+    assert "unexpected character" in first.message
+
+
+def test_non_ascii_text_inside_strings_comments_and_discretion_is_fine():
+    source = 'let café_note = "café ² ٣ 流"  # é\nloop until **prêt ✓** (max: 2):\n  session "x"\n'
+    assert g.check(source.replace("café_note", "note")).diagnostics == []
+
+
+def _nested_do(levels: int) -> str:
+    return "".join("  " * k + "do:\n" for k in range(levels)) + "  " * levels + 'session "x"\n'
 
 
 @pytest.mark.parametrize("source", [
     "let x = " + "[" * 200 + "]" * 200 + "\n",
     "let x = " + "(" * 200 + "1" + ")" * 200 + "\n",
     "let x = " + "- " * 1000 + "1\n",
-    "".join("  " * k + "do:\n" for k in range(100)) + "  " * 100 + 'session "x"\n',
+    "let x = " + "not " * 1000 + "y\n",
+    _nested_do(100),
+    _nested_do(1000),
 ])
 def test_deep_nesting_is_a_diagnostic_not_a_crash(source):
-    compile(source)
+    result = g.check(source)
+    assert [d.code for d in result.errors][:1] == ["E005"]
+    assert "nested" in result.errors[0].message
+
+
+@pytest.mark.parametrize("source", [
+    "let x = " + "[" * 40 + "]" * 40 + "\n",
+    _nested_do(30),
+    "session " + '"x" -> session ' * 2000 + '"y"\n',
+    "let xs = [1]\nlet x = xs" + ' | map: session "m"' * 500 + "\n",
+    "let xs = [" + ", ".join(['"s"'] * 5000) + "]\nlet x = xs\n",
+])
+def test_reasonable_nesting_is_accepted(source):
+    assert g.check(source).diagnostics == []
