@@ -138,6 +138,26 @@ def test_indented_arrow_after_properties_continues_the_session():
         sess("a", props=(prop("context", name("x")),)), sess("b")), span=S))
 
 
+def test_indented_arrows_after_properties_inside_a_block():
+    source = ('if **x**:\n'
+              '  session "a"\n'
+              '    model: opus\n'
+              '    -> session "b"\n'
+              '      model: haiku\n'
+              '  session "c"\n'
+              'session "d"\n')
+    stmts = body(source)
+    assert stmts == (
+        n.If((n.CondBranch(n.Discretion("x", span=S), (
+            es(n.Arrow((sess("a", props=(prop("model", name("opus")),)),
+                        sess("b", props=(prop("model", name("haiku")),))), span=S)),
+            es(sess("c")),
+        ), span=S),), None, span=S),
+        es(sess("d")),
+    )
+    assert stmts[0].span == n.Span(1, 1, 6, 14)
+
+
 def test_a_line_starting_with_bar_never_opens_a_block():
     tokens, diagnostics = tokenize('xs\n    | map: session "a"\nsession "b"\n')
     assert diagnostics == []
