@@ -36,13 +36,13 @@ def generators(sources: list[str]) -> list[tuple[str, Callable[[random.Random], 
 
         def unterminated(rng: random.Random) -> str:
             breaker = rng.choice((g.unterminate_string, g.unterminate_discretion))
-            return g.sanitize(breaker(rng, g.excerpt(rng, rng.choice(sources), 60)))
+            return breaker(rng, g.excerpt(rng, rng.choice(sources), 60))
 
         def indentation(rng: random.Random) -> str:
             text = g.excerpt(rng, rng.choice(sources), 60)
             for _ in range(rng.randint(1, 4)):
                 text = g.break_indentation(rng, text)
-            return g.sanitize(text)
+            return text
 
         gens += [("corpus-excerpt", excerpt), ("corpus-excerpt", excerpt),
                  ("corpus-whole", whole), ("unterminated", unterminated),
@@ -56,19 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: time)")
     parser.add_argument("--max-failures", type=int, default=20,
                         help="stop after this many distinct failures")
-    parser.add_argument("--include-known-crashes", action="store_true",
-                        help="do not replace non-ASCII letters/digits (a known lexer crash)")
     args = parser.parse_args(argv)
-    if args.include_known_crashes:
-        g.AVOID_UNICODE_ALNUM_CRASH = False
 
     seed = args.seed if args.seed is not None else int(time.time())
     sources = g.corpus_sources()
     gens = generators(sources)
     print(f"seed {seed}; {len(sources)} corpus programs from {g.CORPUS}"
           + ("" if sources else " (absent: random text only)"))
-    if g.AVOID_UNICODE_ALNUM_CRASH:
-        print("note: non-ASCII letters/digits outside strings are replaced (known lexer crash)")
 
     master = random.Random(seed)
     failures: dict[tuple[str, str], tuple[str, int, str]] = {}

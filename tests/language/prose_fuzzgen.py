@@ -41,20 +41,6 @@ def corpus_sources() -> list[str]:
     return [p.read_text(encoding="utf-8") for p in sorted(CORPUS.rglob("*.prose"))]
 
 
-# Known front-end bug (see test_fuzz.py::test_non_ascii_letter_or_digit_outside_a_string):
-# a non-ASCII letter or digit where a token starts ('é', '²') crashes the lexer with an
-# AssertionError. Until it is fixed, generated inputs replace such characters, so the fuzz
-# tests keep finding *other* problems. Set to False once the xfail test passes.
-AVOID_UNICODE_ALNUM_CRASH = False
-
-
-def sanitize(text: str) -> str:
-    if not AVOID_UNICODE_ALNUM_CRASH or text.isascii():
-        return text
-    return "".join("\u00b7" if not c.isascii() and (c.isalpha() or c.isdigit()) else c
-                   for c in text)
-
-
 # --------------------------------------------------------------------------- random text
 
 
@@ -64,7 +50,7 @@ def token_soup(rng: random.Random, max_fragments: int = 60) -> str:
     for _ in range(rng.randint(0, max_fragments)):
         out.append(rng.choice(FRAGMENTS))
         out.append(rng.choice(("", " ", " ", "\n", "\n  ")))
-    return sanitize("".join(out))
+    return "".join(out)
 
 
 def random_chars(rng: random.Random, max_len: int = 200) -> str:
@@ -79,7 +65,7 @@ def random_chars(rng: random.Random, max_len: int = 200) -> str:
         else:
             code = rng.randint(0, 0x10FFFF)
             out.append(chr(code) if not 0xD800 <= code <= 0xDFFF else "?")
-    return sanitize("".join(out))
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- mutations
@@ -208,7 +194,7 @@ def excerpt(rng: random.Random, text: str, max_lines: int = 40) -> str:
 def mutate(rng: random.Random, text: str, max_mutations: int = 4) -> str:
     for _ in range(rng.randint(1, max_mutations)):
         text = rng.choice(MUTATIONS)(rng, text)
-    return sanitize(text)
+    return text
 
 
 # --------------------------------------------------------------------------- the invariant

@@ -40,7 +40,7 @@ def run(source: str) -> None:
 @fuzz_settings(2000)
 @given(st.text(max_size=300))
 def test_random_unicode_text(text):
-    run(g.sanitize(text))
+    run(text)
 
 
 @fuzz_settings(2500)
@@ -59,7 +59,7 @@ characters = st.lists(st.one_of(
 @fuzz_settings(1500)
 @given(characters)
 def test_random_characters(text):
-    run(g.sanitize(text))
+    run(text)
 
 
 # --------------------------------------------------------------------------- mutated programs
@@ -86,7 +86,7 @@ def test_mutated_whole_corpus_programs(index, rng):
 @given(corpus_index, st.randoms(use_true_random=False),
        st.sampled_from([g.unterminate_string, g.unterminate_discretion]))
 def test_unterminated_strings_and_discretion(index, rng, breaker):
-    run(g.sanitize(breaker(rng, g.excerpt(rng, SOURCES[index], max_lines=60))))
+    run(breaker(rng, g.excerpt(rng, SOURCES[index], max_lines=60)))
 
 
 @needs_corpus
@@ -96,7 +96,7 @@ def test_broken_indentation(index, rng, times):
     text = g.excerpt(rng, SOURCES[index], max_lines=60)
     for _ in range(times):
         text = g.break_indentation(rng, text)
-    run(g.sanitize(text))
+    run(text)
 
 
 # --------------------------------------------------------------------------- the fuzzers bite
