@@ -446,3 +446,47 @@ def test_every_static_code_has_a_test():
     if DOCS.is_file():
         documented = set(re.findall(r"^\| ([EW]\d{3}) \|", DOCS.read_text("utf-8"), re.M))
         assert documented - RUN_TIME_OR_RETIRED == tested
+
+
+# --------------------------------------------------------------------------- no false positives
+
+VALID = {
+    "use paths": 'use "https://example.com/p.prose" as a\nuse "@alice/research" as b\n'
+                 'use "./local.prose" as c\nuse "../x/y.prose" as d\nuse "alice/tools/sum"\n',
+    "skill sources": 'import "a" from "npm:@scope/pkg"\nimport "b" from "./local"\n'
+                     'import "c" from "/abs/x"\nimport "d" from "github:o/r/some/path"\n'
+                     'import "e" from "npm:plain"\nimport "f" from "../up"\n',
+    "models and persist": 'agent a:\n  model: "claude-sonnet-4"\n  persist: project\n'
+                          'agent b:\n  model: haiku\n  persist: "./mem"\n'
+                          'agent c:\n  model: opus\n  persist: user\nresume: c\n',
+    "permissions": 'const SPEC = "https://x"\nagent a:\n  model: opus\n  permissions:\n'
+                   '    read: ["*.md", "src/**"]\n    write: []\n    execute: ["make"]\n'
+                   '    bash: prompt\n    network: allow\n'
+                   'agent b:\n  model: opus\n  permissions:\n    network: [SPEC, "https://y"]\n',
+    "skill imported by use": 'use "alice/research" as research\nagent a:\n  model: opus\n'
+                             '  skills: ["research"]\n',
+    "inputs and interpolation": 'input topic: "t"\nsession "about {topic}"\n',
+    "let reassignment": 'let x = session "a"\nx = session "b"\n',
+    "branch names are visible after": 'parallel:\n  a = session "x"\nsession "{a}"\n',
+    "session properties": 'session "a"\n  retry: 3\n  backoff: exponential\n  model: "id-1"\n'
+                          '  context: { a: [], b: "x" }\n',
+    "block hoisting": 'do b("x")\nblock b(q):\n  session "{q}"\n',
+    "loop variables in scope": 'for x, i in ["a"]:\n  session "{x} {i}"\n'
+                               'repeat 2 as k:\n  session "{k}"\n'
+                               'loop until **done** (max: 3) as j:\n  session "{j}"\n',
+    "pipeline variables": 'let xs = ["a"]\nlet r = xs | map: session "{item}"\n'
+                          '  | reduce(acc, y):\n      session "{acc} {y}"\n',
+    "catch variable": 'try:\n  session "a"\ncatch as err:\n  session "{err}"\n  throw\n'
+                      'finally:\n  session "c"\n',
+    "triple-quoted literal braces": 'session """JSON: {"a": 1} and {}"""\n',
+    "escaped brace": 'session "\\{not_defined}"\n',
+}
+
+
+@pytest.mark.parametrize("source", VALID.values(), ids=VALID.keys())
+def test_valid_forms_have_no_diagnostics(source):
+    assert diagnostics(source) == []
+
+
+def test_e010_same_alias_for_different_programs():
+    only('use "a/b" as x\nuse "c/d" as x\n', "E010", 2, 1, message="name 'x'")
