@@ -73,7 +73,6 @@ class Ctx:
     path: str
     frame: Frame | None = None
     error: ProgramError | None = None
-    result: list[Value] | None = None
 
     def at(self, path: str) -> Ctx:
         return replace(self, path=path)
@@ -130,6 +129,7 @@ class Interpreter:
         self.agents = program.agents
         self.blocks = program.blocks
         self.outputs: dict[str, Value] = {}
+        self.escaped: dict[str, Value] = {}
 
     async def run(self) -> dict[str, Value]:
         """Run the program; return its outputs (``output`` bindings by name)."""
@@ -211,8 +211,8 @@ class Interpreter:
     async def v_Output(self, node: n.Output, ctx: Ctx, target: Target | None) -> Value:
         if node.name is None:
             value = await self.evaluate(node.value, ctx)
-            if ctx.result is not None:
-                ctx.result[:] = [value]
+            if ctx.frame is not None:
+                raise _Return(value)
             return value
         value = await self.bind(node.name, "output", node.value, node, ctx)
         self.outputs[node.name] = value
@@ -250,7 +250,7 @@ class Interpreter:
         return None
 
     async def v_Name(self, node: n.Name, ctx: Ctx, target: Target | None) -> Value:
-        return ctx.scope.lookup(node.id)
+        return self.lookup(ctx.scope, node.id)
 
     async def v_Member(self, node: n.Member, ctx: Ctx, target: Target | None) -> Value:
         return values.member(await self.visit(node.obj, ctx), node.attr)
@@ -283,17 +283,24 @@ class Interpreter:
     async def v_Discretion(self, node: n.Discretion, ctx: Ctx, target: Target | None) -> bool:
         return bool(await self.judge(node, ctx, keys.judgment(ctx.path, 0)))
 
+    def lookup(self, scope: Scope, name: str) -> Value:
+        """Resolve ``name`` through the scope chain; failing that, a name a finished block
+        call bound in its own frame (programs use blocks as procedures that leave results)."""
+        if scope.has(name) or name not in self.escaped:
+            return scope.lookup(name)
+        return self.escaped[name]
+
     def interpolate(self, string: n.String, scope: Scope) -> str:
         out = []
         for part in string.parts:
             if isinstance(part, str):
                 out.append(part)
                 continue
-            slot = scope.find(part.path[0])
-            if slot is None:
+            name = part.path[0]
+            if not scope.has(name) and name not in self.escaped:
                 out.append("{" + ".".join(part.path) + "}")
                 continue
-            value = slot.value
+            value = self.lookup(scope, name)
             for attr in part.path[1:]:
                 value = values.member(value, attr)
             out.append(values.to_text(value))
@@ -354,12 +361,14 @@ class Interpreter:
                 except ProviderError as err:
                     if not err.retryable or attempt == policy.attempts:
                         handle.abort(str(err))
+                        self.emit("session_failed", ctx.path, node, str(err))
                         raise SessionFailed(f"session failed after {attempt} attempt(s): "
                                             f"{err}") from err
                     self.emit("session_retry", ctx.path, node, f"attempt {attempt + 1}")
                     await self.options.sleep(policy.delay(attempt))
         except asyncio.CancelledError:
             handle.abort("cancelled")
+            self.emit("session_failed", ctx.path, node, "cancelled")
             raise
         finally:
             self.totals.in_flight -= 1
@@ -398,7 +407,7 @@ class Interpreter:
     def static_value(self, node: n.Node, scope: Scope) -> Value:
         """Context entries are names, member access, strings or literals: no model calls."""
         if isinstance(node, n.Name):
-            return scope.lookup(node.id)
+            return self.lookup(scope, node.id)
         if isinstance(node, n.Member):
             return values.member(self.static_value(node.obj, scope), node.attr)
         if isinstance(node, n.Index):
@@ -652,13 +661,17 @@ class Interpreter:
         for param, value in bound.items():
             scope.bind_here(param, value, "param")
             self.journal.bind(param, value, "param", eid, self.source_of(node))
-        result: list[Value] = []
         frame = Frame(block.name, eid, depth)
         try:
-            value = await self.body(block.body, Ctx(scope, path, frame, None, result))
+            value = await self.body(block.body, Ctx(scope, path, frame))
+        except _Return as returned:
+            value = returned.value
         finally:
             self.journal.pop_frame(eid)
-        return result[0] if result else value
+        for name, slot in scope.slots.items():
+            if slot.kind != "param":
+                self.escaped[name] = slot.value
+        return value
 
     async def v_ProgramCall(self, node: n.ProgramCall, ctx: Ctx, target: Target | None
                             ) -> dict[str, Value]:
@@ -677,6 +690,14 @@ class Interpreter:
             return await child.run()
         except MissingInput as err:
             raise ValueFault(f"call of '{node.callee}': {err}") from err
+
+
+class _Return(Exception):
+    """``output expr`` inside a block: return from the block with ``value``."""
+
+    def __init__(self, value: Value) -> None:
+        super().__init__("output")
+        self.value = value
 
 
 def _label(node: n.Node) -> str:

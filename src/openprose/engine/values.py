@@ -88,9 +88,16 @@ def to_number(value: Value) -> int | float:
 
 
 def member(value: Value, attr: str) -> Value:
-    """``value.attr``: a key of an object (text holding a JSON object counts)."""
+    """``value.attr``: a key of an object (text holding a JSON object counts).
+
+    Unstructured text has no fields; reading one yields the whole text, so the session that
+    receives it can still find what it needs (a model-run VM would extract it).
+    """
     if isinstance(value, str):
-        value = from_text(value)
+        parsed = from_text(value)
+        if not isinstance(parsed, dict):
+            return value
+        value = parsed
     if isinstance(value, dict):
         if attr in value:
             return value[attr]
@@ -141,6 +148,11 @@ def binary(op: str, left: Value, right: Value) -> Value:
     fn = _ARITH.get(op) or _COMPARE.get(op)
     if fn is None:
         raise ValueFault(f"unknown operator {op}")
+    if op in _COMPARE:
+        a, b = _comparable(left), _comparable(right)
+        if isinstance(a, str) or isinstance(b, str):
+            return fn(to_text(a), to_text(b))
+        return fn(a, b)
     try:
         return fn(to_number(left), to_number(right))
     except ZeroDivisionError as err:

@@ -1,0 +1,41 @@
+"""A live progress line for terminals: current statement, sessions done/in flight, tokens."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from openprose.engine.events import Event
+
+
+class Progress:
+    """An event listener that redraws one status line on stderr."""
+
+    def __init__(self, source: str) -> None:
+        self.lines = source.splitlines()
+        self.done = self.reused = self.in_flight = self.tokens = 0
+        self.current = ""
+        self.live = Live(Text(""), console=Console(stderr=True), refresh_per_second=8,
+                         transient=True)
+
+    def __enter__(self) -> Progress:
+        self.live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.stop()
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "statement" and 0 < event.line <= len(self.lines):
+            self.current = f"line {event.line}: {self.lines[event.line - 1].strip()[:60]}"
+        elif event.kind == "session_start":
+            self.in_flight += 1
+        elif event.kind in ("session_end", "session_failed"):
+            self.in_flight -= 1
+            self.done += event.kind == "session_end"
+            self.tokens += event.tokens
+        elif event.kind == "session_reused":
+            self.reused += 1
+        self.live.update(Text(f"{self.current}\nsessions: {self.done} done, {self.in_flight} "
+                              f"in flight, {self.reused} reused · tokens: {self.tokens:,}"))
