@@ -420,9 +420,6 @@ def test_diagnostics_are_sorted_by_position():
     assert [c for c, _, _ in found] == ["E007", "E002", "E029"]
 
 
-@pytest.mark.xfail(strict=True, reason="front-end bug: W017 is not raised when a pipeline "
-                   "variable (item, or reduce's names) hides an outer variable, though "
-                   "LANGUAGE.md and docs/diagnostics.md say it warns")
 def test_w017_pipeline_variable_hides_outer_name():
     only('let xs = [1]\nlet item = "a"\nlet r = xs | map: session "{item}"\n', "W017", 3, 9)
 

@@ -181,12 +181,10 @@ NESTING_REASON = ("front-end bug: nested do: blocks overflow the Python stack at
                   "E005 at 1:1 and returns no program")
 
 
-@pytest.mark.xfail(strict=True, reason=NESTING_REASON)
 def test_nesting_within_the_limit_is_accepted():
     assert g.check(_nested_do(60)).diagnostics == []
 
 
-@pytest.mark.xfail(strict=True, reason=NESTING_REASON)
 def test_nesting_beyond_the_limit_points_at_the_offending_line():
     result = g.check(_nested_do(70))
     assert result.program is not None

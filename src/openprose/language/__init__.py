@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from openprose.language import nodes
@@ -38,6 +39,8 @@ def compile(source: str, path: str | None = None) -> CompileResult:
     from openprose.language.parser import parse
     from openprose.language.validator import validate
 
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 6000))  # room for the parser's own nesting limit
     try:
         program, diagnostics = parse(source, path)
         if program is not None:
@@ -47,6 +50,8 @@ def compile(source: str, path: str | None = None) -> CompileResult:
         message = "program is nested too deeply to process"
         return CompileResult(None, [Diagnostic("E005", message, span, Severity.ERROR, path)],
                              source, path)
+    finally:
+        sys.setrecursionlimit(limit)
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
     return CompileResult(program, diagnostics, source, path)
 

@@ -197,12 +197,13 @@ class Parser:
 
     def body(self, what: str) -> tuple[n.Node, ...]:
         """``:`` then an indented block of statements, or one statement on the same line."""
-        self.expect_op(":", f"':' to open the body of {what}")
+        colon = self.expect_op(":", f"':' to open the body of {what}")
         if self.tok.kind is T.NEWLINE:
             self.next()
             if self.tok.kind is not T.INDENT:
                 self.fail("E005", f"expected an indented block for {what}")
-            self.nest(self.next())
+            self.next()
+            self.nest(colon)
             stmts = self.statements(until=T.DEDENT)
             self.depth -= 1
             if self.tok.kind is T.DEDENT:

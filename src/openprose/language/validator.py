@@ -208,8 +208,9 @@ class Validator:
             case n.Try():
                 self.statements(stmt.body, scope, in_catch)
                 if stmt.catch_body is not None:
-                    inner = scope | {stmt.catch_name} if stmt.catch_name else scope
-                    self.statements(stmt.catch_body, inner, in_catch=True)
+                    names = (stmt.catch_name,) if stmt.catch_name else ()
+                    self.loop_body(stmt.catch_body, scope, names, stmt, in_catch=True,
+                                   role="error variable")
                 if stmt.finally_body is not None:
                     self.statements(stmt.finally_body, scope, in_catch)
             case n.Throw():
@@ -245,13 +246,13 @@ class Validator:
         self.statements(block.body, frozenset(block.params), in_catch=False)
 
     def loop_body(self, body: tuple[n.Node, ...], scope: frozenset[str],
-                  names: tuple[str | None, ...], node: n.Node, in_catch: bool) -> None:
+                  names: tuple[str | None, ...], node: n.Node, in_catch: bool,
+                  role: str = "loop variable") -> None:
         fresh = {name for name in names if name}
         for name in sorted(fresh):
             if name in scope or name in self.declared or name in self.agents:
                 what = "an agent" if name in self.agents else "a variable"
-                self.warn("W017", f"loop variable '{name}' hides {what} of the same name",
-                          node.span)
+                self.warn("W017", f"{role} '{name}' hides {what} of the same name", node.span)
         self.statements(body, scope | fresh, in_catch)
 
     def assignment(self, stmt: n.Assign, scope: frozenset[str]) -> None:
@@ -347,7 +348,8 @@ class Validator:
                 self.expr(node.source, scope)
                 for op in node.ops:
                     names = {op.variable} | ({op.accumulator} if op.accumulator else set())
-                    self.statements(op.body, scope | names, in_catch=False)
+                    self.loop_body(op.body, scope, tuple(sorted(names)), node, in_catch=False,
+                                   role="pipeline variable")
             case n.Object():
                 for entry in node.entries:
                     self.expr(entry.value, scope)
