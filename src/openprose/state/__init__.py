@@ -1,0 +1,80 @@
+"""The run-state contract as code: one interface, three backends.
+
+    store = open_store(project_root, "filesystem" | "sqlite" | "postgres")
+    run = store.create_run(source, "program.prose")        # holds the VM capability
+    grant = run.grant_session(BindingRef("research"), "let", 'let research = session "..."')
+    store.session(grant.token).write_output("...")          # the session writes its binding
+    run.complete_session(grant.token, key="0:research")      # one durable step, token ends
+
+Names that become paths are validated; writes are atomic; who-writes-what is enforced by
+capabilities (see :mod:`openprose.state.store`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from openprose.state.config import postgres_url, read_env_file
+from openprose.state.errors import (
+    BackendUnavailable,
+    CapabilityError,
+    InvalidNameError,
+    NotFoundError,
+    PathEscapeError,
+    RecursionLimitExceeded,
+    RunNotFound,
+    StateError,
+)
+from openprose.state.models import (
+    ROOT,
+    AgentRef,
+    Binding,
+    BindingRef,
+    Frame,
+    JournalEntry,
+    RunInfo,
+    SessionGrant,
+    StatementStatus,
+    StateSnapshot,
+    Usage,
+)
+from openprose.state.store import Run, SessionHandle, StateStore
+
+BACKENDS = ("filesystem", "sqlite", "postgres")
+
+
+def open_store(project_root: str | Path, backend: str = "filesystem", *,
+               home: str | Path | None = None, postgres_url: str | None = None,
+               schema: str = "openprose") -> StateStore:
+    """Open the state of the project at ``project_root`` on ``backend``."""
+    root = Path(project_root).resolve()
+    home_dir = Path(home).resolve() if home is not None else Path.home()
+    if backend == "filesystem":
+        from openprose.state.backends.filesystem import FilesystemBackend
+
+        return StateStore(FilesystemBackend(root, home_dir), root, home_dir)
+    if backend == "sqlite":
+        from openprose.state.backends.sql import SqliteBackend
+
+        return StateStore(SqliteBackend(root, home_dir), root, home_dir)
+    if backend == "postgres":
+        from openprose.state.backends.sql import PostgresBackend
+
+        url = postgres_url or _postgres_url(root)
+        if not url:
+            raise BackendUnavailable(
+                "no PostgreSQL URL: set OPENPROSE_POSTGRES_URL in .prose/.env or the "
+                "environment (or DATABASE_URL)")
+        return StateStore(PostgresBackend(root, home_dir, url, schema), root, home_dir)
+    raise ValueError(f"unknown state backend {backend!r} (choose from {', '.join(BACKENDS)})")
+
+
+_postgres_url = postgres_url
+
+__all__ = [
+    "BACKENDS", "ROOT", "AgentRef", "BackendUnavailable", "Binding", "BindingRef",
+    "CapabilityError", "Frame", "InvalidNameError", "JournalEntry", "NotFoundError",
+    "PathEscapeError", "RecursionLimitExceeded", "Run", "RunInfo", "RunNotFound",
+    "SessionGrant", "SessionHandle", "StateError", "StateSnapshot", "StateStore",
+    "StatementStatus", "Usage", "open_store", "read_env_file",
+]

@@ -1,0 +1,1 @@
+"""Storage backends behind the state contract: filesystem (default), SQLite, PostgreSQL."""

@@ -1,0 +1,127 @@
+"""What a storage backend provides. The contract's rules live in :mod:`openprose.state.store`;
+a backend only stores and fetches, atomically."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from openprose.state.models import (
+    AgentRef,
+    Binding,
+    BindingRef,
+    Frame,
+    JournalEntry,
+    StateSnapshot,
+    Usage,
+)
+
+LARGE_VALUE = 100 * 1024  # SQL backends move larger values to attachments/
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: str
+    program_path: str | None
+    program_source: str
+    status: str
+    started: str
+    updated: str
+    vm_token_hash: str
+    error: str | None = None
+
+
+class Backend(ABC):
+    name: str
+
+    # runs
+    @abstractmethod
+    def create_run(self, record: RunRecord) -> None: ...
+    @abstractmethod
+    def load_run(self, run_id: str) -> RunRecord: ...
+    @abstractmethod
+    def list_runs(self) -> list[RunRecord]: ...
+    @abstractmethod
+    def update_run(self, run_id: str, *, status: str, error: str | None) -> None: ...
+    @abstractmethod
+    def run_location(self, run_id: str) -> str: ...
+    def repair(self, run_id: str) -> None:  # noqa: B027 - optional hook
+        """Bring derived data back in line with the durable journal after a crash."""
+
+    # bindings
+    @abstractmethod
+    def put_binding(self, run_id: str, binding: Binding, *, durable: bool) -> None: ...
+    @abstractmethod
+    def get_binding(self, run_id: str, ref: BindingRef) -> Binding | None: ...
+    @abstractmethod
+    def list_bindings(self, run_id: str) -> list[Binding]: ...
+    @abstractmethod
+    def binding_location(self, run_id: str, ref: BindingRef) -> str: ...
+
+    # journal
+    @abstractmethod
+    def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None: ...
+    @abstractmethod
+    def commit(self, run_id: str, binding: Binding, entry: JournalEntry) -> None:
+        """Binding and result record as one durable step."""
+    @abstractmethod
+    def read_journal(self, run_id: str) -> list[JournalEntry]: ...
+
+    # frames and capabilities
+    @abstractmethod
+    def put_frame(self, run_id: str, frame: Frame) -> None: ...
+    @abstractmethod
+    def list_frames(self, run_id: str) -> list[Frame]: ...
+    @abstractmethod
+    def put_capability(self, run_id: str, grant: dict[str, Any]) -> None: ...
+    @abstractmethod
+    def find_capability(self, token_hash: str) -> tuple[str, dict[str, Any]] | None: ...
+    @abstractmethod
+    def list_capabilities(self, run_id: str) -> list[dict[str, Any]]: ...
+
+    # agents
+    @abstractmethod
+    def read_memory(self, run_id: str, agent: AgentRef) -> str | None: ...
+    @abstractmethod
+    def write_memory(self, run_id: str, agent: AgentRef, text: str) -> None: ...
+    @abstractmethod
+    def append_segment(self, run_id: str, agent: AgentRef, text: str) -> int: ...
+    @abstractmethod
+    def list_segments(self, run_id: str, agent: AgentRef) -> list[tuple[int, str]]: ...
+    @abstractmethod
+    def memory_location(self, run_id: str, agent: AgentRef) -> str: ...
+    @abstractmethod
+    def segment_location(self, run_id: str, agent: AgentRef, number: int) -> str: ...
+    def next_segment(self, run_id: str, agent: AgentRef) -> int:
+        segments = self.list_segments(run_id, agent)
+        return (segments[-1][0] + 1) if segments else 1
+
+    # state.md
+    @abstractmethod
+    def write_state(self, run_id: str, text: str, snapshot: StateSnapshot) -> None: ...
+    @abstractmethod
+    def read_state(self, run_id: str) -> str: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+
+def segment_name(agent: str, number: int) -> str:
+    return f"{agent}-{number:03d}.md"
+
+
+def entry_to_json(entry: JournalEntry) -> str:
+    data = asdict(entry)
+    data["binding"] = None if entry.binding is None else [entry.binding.name,
+                                                           entry.binding.execution_id]
+    return json.dumps(data, separators=(",", ":"), default=str)
+
+
+def entry_from_json(text: str) -> JournalEntry:
+    data = json.loads(text)
+    binding = data.pop("binding")
+    usage = Usage(**data.pop("usage"))
+    return JournalEntry(binding=None if binding is None else BindingRef(*binding), usage=usage,
+                        **data)

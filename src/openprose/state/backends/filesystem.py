@@ -1,0 +1,318 @@
+"""Filesystem backend: the ``.prose/`` layout of the filesystem state contract.
+
+Durability: each run keeps ``journal.jsonl``, an append-only record that is fsync'd for every
+durable step (a finished session's result carries its value). Binding files, ``state.md`` and
+the other files are written atomically (temp file + rename) without their own fsync; after a
+crash, :meth:`repair` rewrites any binding file the journal knows better.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TextIO
+
+from openprose.state.backends.base import (
+    Backend,
+    RunRecord,
+    entry_from_json,
+    entry_to_json,
+    segment_name,
+)
+from openprose.state.errors import RunNotFound
+from openprose.state.models import (
+    AgentRef,
+    Binding,
+    BindingRef,
+    Frame,
+    JournalEntry,
+    StateSnapshot,
+)
+from openprose.state.names import check_name, contained_path
+
+SEPARATOR = "\n```\n\n---\n\n"
+
+
+def atomic_write(path: Path, text: str, *, durable: bool = False) -> None:
+    """Write ``text`` to ``path`` via a temp file and rename; fsync file and directory if
+    ``durable``. Readers never see a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(temp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    os.replace(temp, path)
+    if durable:
+        fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def format_binding(binding: Binding) -> str:
+    scope = f"execution_id: {binding.execution_id}\n" if binding.execution_id else ""
+    return (f"# {binding.name}\n\nkind: {binding.kind}\n{scope}\nsource:\n```prose\n"
+            f"{binding.source.rstrip()}{SEPARATOR}{binding.value}")
+
+
+def parse_binding(text: str, location: str) -> Binding:
+    head, _, value = text.partition(SEPARATOR)
+    lines = head.split("\n")
+    name = lines[0].removeprefix("# ").strip()
+    kind, execution_id, source_at = "let", None, len(lines)
+    for i, line in enumerate(lines[1:], start=1):
+        if line.startswith("kind: "):
+            kind = line[6:].strip()
+        elif line.startswith("execution_id: "):
+            execution_id = int(line[14:])
+        elif line.startswith("```prose"):
+            source_at = i + 1
+            break
+    return Binding(name, execution_id, kind, "\n".join(lines[source_at:]), value, location)
+
+
+class FilesystemBackend(Backend):
+    name = "filesystem"
+
+    def __init__(self, project_root: Path, home: Path) -> None:
+        self.root = project_root
+        self.home = home
+        self.prose = project_root / ".prose"
+        self.runs = self.prose / "runs"
+        self._lock = threading.Lock()
+        self._journals: dict[str, TextIO] = {}
+        self._capabilities: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    # ------------------------------------------------------------------ paths
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs / run_id
+
+    def run_location(self, run_id: str) -> str:
+        return str(self.run_dir(run_id))
+
+    def _relative(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def binding_path(self, run_id: str, ref: BindingRef) -> Path:
+        return self.run_dir(run_id) / "bindings" / ref.file_name
+
+    def binding_location(self, run_id: str, ref: BindingRef) -> str:
+        return self._relative(self.binding_path(run_id, ref))
+
+    def agent_dir(self, run_id: str, agent: AgentRef) -> Path:
+        check_name(agent.name, "agent name")
+        if agent.scope == "execution":
+            return self.run_dir(run_id.split("/imports/")[0]) / "agents" / agent.name
+        if agent.scope == "project":
+            return self.prose / "agents" / agent.name
+        if agent.scope == "user":
+            return self.home / ".prose" / "agents" / agent.name
+        return contained_path(agent.path or "", [self.root, self.home / ".prose"], self.root)
+
+    def memory_location(self, run_id: str, agent: AgentRef) -> str:
+        return self._relative(self.agent_dir(run_id, agent) / "memory.md")
+
+    def segment_location(self, run_id: str, agent: AgentRef, number: int) -> str:
+        return self._relative(self.agent_dir(run_id, agent) / segment_name(agent.name, number))
+
+    # ------------------------------------------------------------------ runs
+    def create_run(self, record: RunRecord) -> None:
+        directory = self.run_dir(record.id)
+        (directory / "bindings").mkdir(parents=True, exist_ok=True)
+        atomic_write(directory / "program.prose", record.program_source)
+        atomic_write(directory / "run.json", json.dumps(asdict(record), indent=2), durable=True)
+
+    def load_run(self, run_id: str) -> RunRecord:
+        try:
+            data = json.loads((self.run_dir(run_id) / "run.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RunNotFound(f"no run {run_id} under {self.runs}") from None
+        return RunRecord(**data)
+
+    def list_runs(self) -> list[RunRecord]:
+        if not self.runs.is_dir():
+            return []
+        found = []
+        for path in sorted(self.runs.glob("*/run.json")):
+            found.append(self.load_run(path.parent.name))
+        return found
+
+    def update_run(self, run_id: str, *, status: str, error: str | None) -> None:
+        from openprose.state.store import _now
+
+        record = self.load_run(run_id)
+        data = asdict(record) | {"status": status, "error": error, "updated": _now()}
+        atomic_write(self.run_dir(run_id) / "run.json", json.dumps(data, indent=2), durable=True)
+
+    def repair(self, run_id: str) -> None:
+        for entry in self.read_journal(run_id):
+            if entry.kind != "result" or entry.binding is None or entry.value is None:
+                continue
+            current = self.get_binding(run_id, entry.binding)
+            if current is None or current.value != entry.value:
+                kind = current.kind if current else entry.meta.get("kind", "let")
+                source = current.source if current else entry.meta.get("source", "")
+                binding = Binding(entry.binding.name, entry.binding.execution_id, kind, source,
+                                  str(entry.value))
+                self.put_binding(run_id, binding, durable=False)
+
+    # ------------------------------------------------------------------ bindings
+    def put_binding(self, run_id: str, binding: Binding, *, durable: bool) -> None:
+        atomic_write(self.binding_path(run_id, binding.ref), format_binding(binding),
+                     durable=durable)
+
+    def get_binding(self, run_id: str, ref: BindingRef) -> Binding | None:
+        path = self.binding_path(run_id, ref)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        return parse_binding(text, self._relative(path))
+
+    def list_bindings(self, run_id: str) -> list[Binding]:
+        directory = self.run_dir(run_id) / "bindings"
+        if not directory.is_dir():
+            return []
+        return [parse_binding(p.read_text(encoding="utf-8"), self._relative(p))
+                for p in sorted(directory.glob("*.md"))]
+
+    # ------------------------------------------------------------------ journal
+    def _append(self, run_id: str, file: str, line: str, *, durable: bool) -> None:
+        key = f"{run_id}/{file}"
+        with self._lock:
+            handle = self._journals.get(key)
+            if handle is None:
+                path = self.run_dir(run_id) / file
+                path.parent.mkdir(parents=True, exist_ok=True)
+                handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
+                self._journals[key] = handle
+            handle.write(line + "\n")
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+
+    def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None:
+        self._append(run_id, "journal.jsonl", entry_to_json(entry), durable=durable)
+
+    def commit(self, run_id: str, binding: Binding, entry: JournalEntry) -> None:
+        entry = JournalEntry(**{**_fields(entry),
+                                "meta": {**entry.meta, "kind": binding.kind,
+                                         "source": binding.source}})
+        self.put_binding(run_id, binding, durable=False)
+        self.append_journal(run_id, entry, durable=True)
+
+    def read_journal(self, run_id: str) -> list[JournalEntry]:
+        return [entry_from_json(line) for line in self._lines(run_id, "journal.jsonl")]
+
+    def _lines(self, run_id: str, file: str) -> list[str]:
+        try:
+            text = (self.run_dir(run_id) / file).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        lines = text.split("\n")
+        # A crash can leave a torn last line; everything before it is whole.
+        return [line for line in lines if line.strip() and _is_json(line)]
+
+    # ------------------------------------------------------------------ frames, capabilities
+    def put_frame(self, run_id: str, frame: Frame) -> None:
+        self._append(run_id, "frames.jsonl", json.dumps(asdict(frame)), durable=False)
+
+    def list_frames(self, run_id: str) -> list[Frame]:
+        frames: dict[int, Frame] = {}
+        for line in self._lines(run_id, "frames.jsonl"):
+            frame = Frame(**json.loads(line))
+            frames[frame.execution_id] = frame
+        return list(frames.values())
+
+    def put_capability(self, run_id: str, grant: dict[str, Any]) -> None:
+        self._capabilities[grant["hash"]] = (run_id, grant)
+        self._append(run_id, "capabilities.jsonl", json.dumps(grant), durable=False)
+
+    def find_capability(self, token_hash: str) -> tuple[str, dict[str, Any]] | None:
+        found = self._capabilities.get(token_hash)
+        if found is not None:
+            return found
+        if self.runs.is_dir():
+            for path in self.runs.rglob("capabilities.jsonl"):
+                run_id = str(path.parent.relative_to(self.runs))
+                for grant in self.list_capabilities(run_id):
+                    self._capabilities[grant["hash"]] = (run_id, grant)
+        return self._capabilities.get(token_hash)
+
+    def list_capabilities(self, run_id: str) -> list[dict[str, Any]]:
+        grants: dict[str, dict[str, Any]] = {}
+        for line in self._lines(run_id, "capabilities.jsonl"):
+            grant = json.loads(line)
+            grants[grant["hash"]] = grant
+        return list(grants.values())
+
+    # ------------------------------------------------------------------ agents
+    def read_memory(self, run_id: str, agent: AgentRef) -> str | None:
+        try:
+            return (self.agent_dir(run_id, agent) / "memory.md").read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def write_memory(self, run_id: str, agent: AgentRef, text: str) -> None:
+        atomic_write(self.agent_dir(run_id, agent) / "memory.md", text, durable=True)
+
+    def append_segment(self, run_id: str, agent: AgentRef, text: str) -> int:
+        directory = self.agent_dir(run_id, agent)
+        with self._lock:
+            number = self.next_segment(run_id, agent)
+            atomic_write(directory / segment_name(agent.name, number), text, durable=True)
+        return number
+
+    def list_segments(self, run_id: str, agent: AgentRef) -> list[tuple[int, str]]:
+        directory = self.agent_dir(run_id, agent)
+        if not directory.is_dir():
+            return []
+        found = []
+        prefix = f"{agent.name}-"
+        for path in directory.glob(f"{agent.name}-*.md"):
+            number = path.stem[len(prefix):]
+            if number.isdigit():
+                found.append((int(number), path.read_text(encoding="utf-8")))
+        return sorted(found)
+
+    # ------------------------------------------------------------------ state.md
+    def write_state(self, run_id: str, text: str, snapshot: StateSnapshot) -> None:
+        atomic_write(self.run_dir(run_id) / "state.md", text)
+
+    def read_state(self, run_id: str) -> str:
+        try:
+            return (self.run_dir(run_id) / "state.md").read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ""
+
+    def close(self) -> None:
+        with self._lock:
+            for handle in self._journals.values():
+                handle.close()
+            self._journals.clear()
+
+
+def _fields(entry: JournalEntry) -> dict[str, Any]:
+    return {name: getattr(entry, name) for name in entry.__dataclass_fields__}
+
+
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,482 @@
+"""SQL backends: SQLite (a database per run, like the filesystem layout) and PostgreSQL (one
+``openprose`` schema for every run). The tables follow the seeds' schema with ``run_id``
+columns; root scope is stored as execution_id 0 (ruling 4). Every write is one transaction;
+durable steps commit with a synchronous flush, the rest (intents, grants, frames, state) do not.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from abc import abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Protocol
+
+from openprose.state.backends.base import (
+    LARGE_VALUE,
+    Backend,
+    RunRecord,
+    entry_from_json,
+    entry_to_json,
+)
+from openprose.state.backends.filesystem import FilesystemBackend, atomic_write
+from openprose.state.errors import BackendUnavailable, RunNotFound
+from openprose.state.models import (
+    ROOT,
+    AgentRef,
+    Binding,
+    BindingRef,
+    Frame,
+    JournalEntry,
+    StateSnapshot,
+)
+from openprose.state.names import check_name
+
+
+class Cursor(Protocol):
+    def execute(self, sql: str, params: tuple[Any, ...] = ...) -> Any: ...
+
+
+def tables(p: str, serial: str, json_type: str, now: str) -> list[str]:
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {p}run (
+            id TEXT PRIMARY KEY, program_path TEXT, program_source TEXT,
+            started_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'running'
+              CHECK (status IN ('running', 'completed', 'failed', 'interrupted')),
+            state_mode TEXT NOT NULL, metadata {json_type}, vm_token_hash TEXT NOT NULL,
+            error TEXT, state_md TEXT)""",
+        f"""CREATE TABLE IF NOT EXISTS {p}execution (
+            id {serial}, run_id TEXT NOT NULL, statement_index INTEGER NOT NULL,
+            statement_text TEXT, status TEXT NOT NULL DEFAULT 'pending',
+            started_at TEXT, completed_at TEXT, error_message TEXT, parent_id INTEGER,
+            metadata {json_type}, UNIQUE (run_id, statement_index))""",
+        f"""CREATE TABLE IF NOT EXISTS {p}bindings (
+            name TEXT NOT NULL, run_id TEXT NOT NULL, execution_id INTEGER NOT NULL DEFAULT 0,
+            kind TEXT NOT NULL, value TEXT, source_statement TEXT,
+            created_at TEXT NOT NULL DEFAULT ({now}), updated_at TEXT NOT NULL DEFAULT ({now}),
+            attachment_path TEXT, metadata {json_type},
+            PRIMARY KEY (run_id, name, execution_id))""",
+        f"""CREATE TABLE IF NOT EXISTS {p}agents (
+            name TEXT NOT NULL, run_id TEXT NOT NULL DEFAULT '', scope TEXT NOT NULL
+              CHECK (scope IN ('execution', 'project', 'user', 'custom')),
+            memory TEXT, created_at TEXT NOT NULL DEFAULT ({now}),
+            updated_at TEXT NOT NULL DEFAULT ({now}), metadata {json_type},
+            PRIMARY KEY (name, scope, run_id))""",
+        f"""CREATE TABLE IF NOT EXISTS {p}agent_segments (
+            id {serial}, agent_name TEXT NOT NULL, run_id TEXT NOT NULL DEFAULT '',
+            scope TEXT NOT NULL, segment_number INTEGER NOT NULL,
+            timestamp TEXT NOT NULL DEFAULT ({now}), prompt TEXT, summary TEXT,
+            metadata {json_type}, UNIQUE (agent_name, scope, run_id, segment_number))""",
+        f"""CREATE TABLE IF NOT EXISTS {p}imports (
+            alias TEXT NOT NULL, run_id TEXT NOT NULL, source_url TEXT NOT NULL,
+            fetched_at TEXT, inputs_schema {json_type}, outputs_schema {json_type},
+            content_hash TEXT, metadata {json_type}, PRIMARY KEY (alias, run_id))""",
+        f"""CREATE TABLE IF NOT EXISTS {p}journal (
+            seq {serial}, run_id TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL,
+            body TEXT NOT NULL)""",
+        f"CREATE INDEX IF NOT EXISTS journal_run_seq ON {p}journal (run_id, seq)",
+        f"""CREATE TABLE IF NOT EXISTS {p}frames (
+            run_id TEXT NOT NULL, execution_id INTEGER NOT NULL, block TEXT NOT NULL,
+            depth INTEGER NOT NULL, parent INTEGER, status TEXT NOT NULL, args TEXT,
+            PRIMARY KEY (run_id, execution_id))""",
+        f"""CREATE TABLE IF NOT EXISTS {p}capabilities (
+            hash TEXT PRIMARY KEY, run_id TEXT NOT NULL, body TEXT NOT NULL)""",
+    ]
+
+
+class SqlBackend(Backend):
+    """Shared SQL for both dialects; subclasses supply connections and placeholders."""
+
+    prefix = ""
+
+    def __init__(self, project_root: Path, home: Path) -> None:
+        self.root = project_root
+        self.home = home
+        self.files = FilesystemBackend(project_root, home)  # run dirs, attachments, custom agents
+
+    @abstractmethod
+    @contextmanager
+    def tx(self, run_id: str | None, *, durable: bool, scope: str = "run") -> Iterator[Cursor]:
+        """A transaction on the database holding ``run_id``'s rows (or the agents' store)."""
+
+    def q(self, sql: str) -> str:
+        return sql.replace("{p}", self.prefix)
+
+    def fetch(self, run_id: str | None, sql: str, params: tuple[Any, ...] = (),
+              scope: str = "run") -> list[tuple[Any, ...]]:
+        with self.tx(run_id, durable=False, scope=scope) as cur:
+            return list(cur.execute(self.q(sql), params).fetchall())
+
+    # ------------------------------------------------------------------ runs
+    def run_location(self, run_id: str) -> str:
+        return self.files.run_location(run_id)
+
+    def create_run(self, record: RunRecord) -> None:
+        directory = self.files.run_dir(record.id)
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write(directory / "program.prose", record.program_source)
+        with self.tx(record.id, durable=True) as cur:
+            cur.execute(self.q(
+                "INSERT INTO {p}run (id, program_path, program_source, started_at, updated_at,"
+                " status, state_mode, metadata, vm_token_hash) VALUES (?,?,?,?,?,?,?,?,?)"),
+                (record.id, record.program_path, record.program_source, record.started,
+                 record.updated, record.status, self.name, "{}", record.vm_token_hash))
+
+    def _record(self, row: tuple[Any, ...]) -> RunRecord:
+        return RunRecord(row[0], row[1], row[2], row[5], row[3], row[4], row[6], row[7])
+
+    RUN_COLUMNS = ("SELECT id, program_path, program_source, started_at, updated_at, status,"
+                   " vm_token_hash, error FROM {p}run")
+
+    def load_run(self, run_id: str) -> RunRecord:
+        rows = self.fetch(run_id, self.RUN_COLUMNS + " WHERE id = ?", (run_id,))
+        if not rows:
+            raise RunNotFound(f"no run {run_id} in the {self.name} store")
+        return self._record(rows[0])
+
+    def update_run(self, run_id: str, *, status: str, error: str | None) -> None:
+        from openprose.state.store import _now
+
+        with self.tx(run_id, durable=True) as cur:
+            cur.execute(self.q("UPDATE {p}run SET status = ?, error = ?, updated_at = ?"
+                               " WHERE id = ?"), (status, error, _now(), run_id))
+
+    # ------------------------------------------------------------------ bindings
+    def binding_location(self, run_id: str, ref: BindingRef) -> str:
+        scope = f"execution_id={ref.execution_id}" if ref.execution_id else "execution_id=0"
+        return f"{self.name}:{self.prefix}bindings WHERE run_id='{run_id}' AND " \
+               f"name='{ref.name}' AND {scope}"
+
+    def _binding_row(self, run_id: str, binding: Binding) -> tuple[Any, ...]:
+        value, attachment = binding.value, None
+        if len(value.encode()) > LARGE_VALUE:
+            path = self.files.run_dir(run_id) / "attachments" / binding.ref.file_name
+            atomic_write(path, value, durable=True)
+            attachment = str(path.relative_to(self.files.run_dir(run_id)))
+            value = f"(stored in {attachment}, {len(binding.value.encode())} bytes)"
+        return (binding.name, run_id, binding.execution_id or ROOT, binding.kind, value,
+                binding.source, attachment)
+
+    UPSERT_BINDING = (
+        "INSERT INTO {p}bindings (name, run_id, execution_id, kind, value, source_statement,"
+        " attachment_path) VALUES (?,?,?,?,?,?,?) ON CONFLICT (run_id, name, execution_id)"
+        " DO UPDATE SET kind = excluded.kind, value = excluded.value,"
+        " source_statement = excluded.source_statement,"
+        " attachment_path = excluded.attachment_path, updated_at = excluded.updated_at")
+
+    def put_binding(self, run_id: str, binding: Binding, *, durable: bool) -> None:
+        row = self._binding_row(run_id, binding)
+        with self.tx(run_id, durable=durable) as cur:
+            cur.execute(self.q(self.UPSERT_BINDING), row)
+
+    def _binding(self, run_id: str, row: tuple[Any, ...]) -> Binding:
+        name, execution_id, kind, value, source, attachment = row
+        if attachment:
+            value = (self.files.run_dir(run_id) / attachment).read_text(encoding="utf-8")
+        ref = BindingRef(name, execution_id or None)
+        return Binding(name, execution_id or None, kind, source or "", value or "",
+                       self.binding_location(run_id, ref))
+
+    BINDING_COLUMNS = ("SELECT name, execution_id, kind, value, source_statement,"
+                       " attachment_path FROM {p}bindings")
+
+    def get_binding(self, run_id: str, ref: BindingRef) -> Binding | None:
+        rows = self.fetch(run_id, self.BINDING_COLUMNS +
+                          " WHERE run_id = ? AND name = ? AND execution_id = ?",
+                          (run_id, ref.name, ref.eid))
+        return self._binding(run_id, rows[0]) if rows else None
+
+    def list_bindings(self, run_id: str) -> list[Binding]:
+        rows = self.fetch(run_id, self.BINDING_COLUMNS +
+                          " WHERE run_id = ? ORDER BY name, execution_id", (run_id,))
+        return [self._binding(run_id, row) for row in rows]
+
+    # ------------------------------------------------------------------ journal
+    INSERT_JOURNAL = "INSERT INTO {p}journal (run_id, key, kind, body) VALUES (?,?,?,?)"
+
+    def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None:
+        with self.tx(run_id, durable=durable) as cur:
+            cur.execute(self.q(self.INSERT_JOURNAL),
+                        (run_id, entry.key, entry.kind, entry_to_json(entry)))
+
+    def commit(self, run_id: str, binding: Binding, entry: JournalEntry) -> None:
+        row = self._binding_row(run_id, binding)
+        with self.tx(run_id, durable=True) as cur:
+            cur.execute(self.q(self.UPSERT_BINDING), row)
+            cur.execute(self.q(self.INSERT_JOURNAL),
+                        (run_id, entry.key, entry.kind, entry_to_json(entry)))
+
+    def read_journal(self, run_id: str) -> list[JournalEntry]:
+        rows = self.fetch(run_id, "SELECT body FROM {p}journal WHERE run_id = ? ORDER BY seq",
+                          (run_id,))
+        return [entry_from_json(row[0]) for row in rows]
+
+    # ------------------------------------------------------------------ frames, capabilities
+    def put_frame(self, run_id: str, frame: Frame) -> None:
+        with self.tx(run_id, durable=False) as cur:
+            cur.execute(self.q(
+                "INSERT INTO {p}frames (run_id, execution_id, block, depth, parent, status, args)"
+                " VALUES (?,?,?,?,?,?,?) ON CONFLICT (run_id, execution_id) DO UPDATE SET"
+                " status = excluded.status"),
+                (run_id, frame.execution_id, frame.block, frame.depth, frame.parent,
+                 frame.status, json.dumps(frame.args)))
+
+    def list_frames(self, run_id: str) -> list[Frame]:
+        rows = self.fetch(run_id, "SELECT execution_id, block, depth, parent, status, args"
+                          " FROM {p}frames WHERE run_id = ?", (run_id,))
+        return [Frame(r[0], r[1], r[2], r[3], json.loads(r[5] or "{}"), r[4]) for r in rows]
+
+    def put_capability(self, run_id: str, grant: dict[str, Any]) -> None:
+        with self.tx(run_id, durable=False) as cur:
+            cur.execute(self.q(
+                "INSERT INTO {p}capabilities (hash, run_id, body) VALUES (?,?,?)"
+                " ON CONFLICT (hash) DO UPDATE SET body = excluded.body"),
+                (grant["hash"], run_id, json.dumps(grant)))
+
+    def list_capabilities(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self.fetch(run_id, "SELECT body FROM {p}capabilities WHERE run_id = ?",
+                          (run_id,))
+        return [json.loads(row[0]) for row in rows]
+
+    # ------------------------------------------------------------------ agents
+    def _agent_key(self, run_id: str, agent: AgentRef) -> tuple[str, str, str, str]:
+        check_name(agent.name, "agent name")
+        owner = run_id.split("/imports/")[0] if agent.scope == "execution" else ""
+        store = {"execution": "run", "project": "project", "user": "user"}[agent.scope]
+        return agent.name, agent.scope, owner, store
+
+    def memory_location(self, run_id: str, agent: AgentRef) -> str:
+        if agent.scope == "custom":
+            return self.files.memory_location(run_id, agent)
+        name, scope, owner, _ = self._agent_key(run_id, agent)
+        return f"{self.name}:{self.prefix}agents WHERE name='{name}' AND scope='{scope}'" \
+               f" AND run_id='{owner}'"
+
+    def segment_location(self, run_id: str, agent: AgentRef, number: int) -> str:
+        if agent.scope == "custom":
+            return self.files.segment_location(run_id, agent, number)
+        name, scope, owner, _ = self._agent_key(run_id, agent)
+        return f"{self.name}:{self.prefix}agent_segments WHERE agent_name='{name}' AND " \
+               f"scope='{scope}' AND run_id='{owner}' AND segment_number={number}"
+
+    def read_memory(self, run_id: str, agent: AgentRef) -> str | None:
+        if agent.scope == "custom":
+            return self.files.read_memory(run_id, agent)
+        name, scope, owner, store = self._agent_key(run_id, agent)
+        rows = self.fetch(owner or run_id, "SELECT memory FROM {p}agents WHERE name = ? AND"
+                          " scope = ? AND run_id = ?", (name, scope, owner), scope=store)
+        return rows[0][0] if rows else None
+
+    def write_memory(self, run_id: str, agent: AgentRef, text: str) -> None:
+        if agent.scope == "custom":
+            self.files.write_memory(run_id, agent, text)
+            return
+        name, scope, owner, store = self._agent_key(run_id, agent)
+        with self.tx(owner or run_id, durable=True, scope=store) as cur:
+            cur.execute(self.q(
+                "INSERT INTO {p}agents (name, run_id, scope, memory) VALUES (?,?,?,?)"
+                " ON CONFLICT (name, scope, run_id) DO UPDATE SET memory = excluded.memory,"
+                " updated_at = excluded.updated_at"), (name, owner, scope, text))
+
+    def append_segment(self, run_id: str, agent: AgentRef, text: str) -> int:
+        if agent.scope == "custom":
+            return self.files.append_segment(run_id, agent, text)
+        name, scope, owner, store = self._agent_key(run_id, agent)
+        with self.tx(owner or run_id, durable=True, scope=store) as cur:
+            row = cur.execute(self.q(
+                "SELECT COALESCE(MAX(segment_number), 0) FROM {p}agent_segments WHERE"
+                " agent_name = ? AND scope = ? AND run_id = ?"), (name, scope, owner)).fetchone()
+            number = int(row[0]) + 1
+            cur.execute(self.q(
+                "INSERT INTO {p}agent_segments (agent_name, run_id, scope, segment_number,"
+                " summary) VALUES (?,?,?,?,?)"), (name, owner, scope, number, text))
+        return number
+
+    def list_segments(self, run_id: str, agent: AgentRef) -> list[tuple[int, str]]:
+        if agent.scope == "custom":
+            return self.files.list_segments(run_id, agent)
+        name, scope, owner, store = self._agent_key(run_id, agent)
+        rows = self.fetch(owner or run_id, "SELECT segment_number, summary FROM"
+                          " {p}agent_segments WHERE agent_name = ? AND scope = ? AND"
+                          " run_id = ? ORDER BY segment_number", (name, scope, owner),
+                          scope=store)
+        return [(int(r[0]), r[1] or "") for r in rows]
+
+    # ------------------------------------------------------------------ state
+    def write_state(self, run_id: str, text: str, snapshot: StateSnapshot) -> None:
+        with self.tx(run_id, durable=False) as cur:
+            cur.execute(self.q("UPDATE {p}run SET state_md = ? WHERE id = ?"), (text, run_id))
+            for status in snapshot.statuses:
+                cur.execute(self.q(
+                    "INSERT INTO {p}execution (run_id, statement_index, status, metadata)"
+                    " VALUES (?,?,?,?) ON CONFLICT (run_id, statement_index) DO UPDATE SET"
+                    " status = excluded.status, metadata = excluded.metadata"),
+                    (run_id, status.line, _execution_status(status.status),
+                     json.dumps(asdict(status))))
+
+    def read_state(self, run_id: str) -> str:
+        rows = self.fetch(run_id, "SELECT state_md FROM {p}run WHERE id = ?", (run_id,))
+        return (rows[0][0] or "") if rows else ""
+
+
+def _execution_status(status: str) -> str:
+    return {"complete": "completed", "executing": "executing", "retrying": "executing",
+            "failed": "failed", "cancelled": "skipped"}.get(status, "pending")
+
+
+class SqliteBackend(SqlBackend):
+    """``.prose/runs/{id}/state.db`` per run; project agents in ``.prose/agents.db``, user
+    agents in ``~/.prose/agents.db``. WAL, a busy timeout, ``synchronous=FULL`` for durable
+    commits and ``NORMAL`` for the rest."""
+
+    name = "sqlite"
+
+    def __init__(self, project_root: Path, home: Path) -> None:
+        super().__init__(project_root, home)
+        self._local = threading.local()
+        self._ready: set[Path] = set()
+        self._ready_lock = threading.Lock()
+        self._capabilities: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def db_path(self, run_id: str | None, scope: str) -> Path:
+        if scope == "project":
+            return self.root / ".prose" / "agents.db"
+        if scope == "user":
+            return self.home / ".prose" / "agents.db"
+        assert run_id is not None
+        return self.files.run_dir(run_id) / "state.db"
+
+    def _connection(self, path: Path) -> sqlite3.Connection:
+        cache: dict[Path, sqlite3.Connection] = self._local.__dict__.setdefault("conns", {})
+        conn = cache.get(path)
+        if conn is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(path, timeout=60, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 60000")
+            with self._ready_lock:
+                if path not in self._ready:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    for ddl in tables("", "INTEGER PRIMARY KEY AUTOINCREMENT", "TEXT",
+                                      "strftime('%Y-%m-%dT%H:%M:%SZ','now')"):
+                        conn.execute(ddl)
+                    self._ready.add(path)
+            cache[path] = conn
+        return conn
+
+    @contextmanager
+    def tx(self, run_id: str | None, *, durable: bool, scope: str = "run") -> Iterator[Cursor]:
+        path = self.db_path(run_id, scope)
+        if scope == "run" and not path.exists() and not path.parent.is_dir():
+            raise RunNotFound(f"no run {run_id} under {self.files.runs}")
+        conn = self._connection(path)
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def list_runs(self) -> list[RunRecord]:
+        if not self.files.runs.is_dir():
+            return []
+        found = []
+        for path in sorted(self.files.runs.glob("*/state.db")):
+            found.append(self.load_run(path.parent.name))
+        return found
+
+    def put_capability(self, run_id: str, grant: dict[str, Any]) -> None:
+        super().put_capability(run_id, grant)
+        self._capabilities[grant["hash"]] = (run_id, grant)
+
+    def find_capability(self, token_hash: str) -> tuple[str, dict[str, Any]] | None:
+        found = self._capabilities.get(token_hash)
+        if found is not None:
+            return found
+        if self.files.runs.is_dir():
+            for path in self.files.runs.rglob("state.db"):
+                run_id = str(path.parent.relative_to(self.files.runs))
+                rows = self.fetch(run_id, "SELECT body FROM capabilities WHERE hash = ?",
+                                  (token_hash,))
+                if rows:
+                    return run_id, json.loads(rows[0][0])
+        return None
+
+    def close(self) -> None:
+        for conn in self._local.__dict__.get("conns", {}).values():
+            conn.close()
+        self._local = threading.local()
+
+
+class PostgresBackend(SqlBackend):
+    """Every run in one PostgreSQL schema (default ``openprose``), through a connection pool.
+    Non-durable transactions use ``synchronous_commit = off``; tables prefixed ``x_`` are
+    never touched."""
+
+    name = "postgres"
+
+    def __init__(self, project_root: Path, home: Path, url: str, schema: str = "openprose",
+                 max_connections: int = 16) -> None:
+        super().__init__(project_root, home)
+        try:
+            import psycopg
+            from psycopg_pool import ConnectionPool
+        except ImportError as err:  # pragma: no cover - dependency is declared
+            raise BackendUnavailable(f"psycopg is not installed: {err}") from err
+        check_name(schema, "schema name")
+        self.schema = schema
+        self.prefix = f'"{schema}".'
+        self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=False,
+                                   kwargs={"autocommit": False})
+        try:
+            self.pool.open(wait=True, timeout=10)
+        except Exception as err:
+            self.pool.close()
+            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(url)}: "
+                                     f"{err}") from err
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(4242001)")
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            for ddl in tables(self.prefix, "BIGSERIAL PRIMARY KEY", "JSONB",
+                              "to_char(now() at time zone 'utc', "
+                              "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"):
+                conn.execute(ddl)
+        self._psycopg = psycopg
+
+    def q(self, sql: str) -> str:
+        return super().q(sql).replace("?", "%s")
+
+    @contextmanager
+    def tx(self, run_id: str | None, *, durable: bool, scope: str = "run") -> Iterator[Cursor]:
+        with self.pool.connection() as conn, conn.transaction():
+            if not durable:
+                conn.execute("SET LOCAL synchronous_commit = off")
+            yield conn  # type: ignore[misc]
+
+    def list_runs(self) -> list[RunRecord]:
+        rows = self.fetch(None, self.RUN_COLUMNS + " WHERE position('/imports/' in id) = 0"
+                          " ORDER BY id")
+        return [self._record(row) for row in rows]
+
+    def find_capability(self, token_hash: str) -> tuple[str, dict[str, Any]] | None:
+        rows = self.fetch(None, "SELECT run_id, body FROM {p}capabilities WHERE hash = ?",
+                          (token_hash,))
+        return (rows[0][0], json.loads(rows[0][1])) if rows else None
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':')[0]}:***@{host}"
+    return url

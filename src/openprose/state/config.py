@@ -1,0 +1,35 @@
+"""Project configuration: ``.prose/.env`` (key=value lines) and where PostgreSQL lives."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def read_env_file(project_root: Path) -> dict[str, str]:
+    """Parse ``.prose/.env``: ``KEY=value`` lines; blank lines and ``#`` comments ignored;
+    values may be quoted."""
+    path = project_root / ".prose" / ".env"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    values: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        key = key.strip().removeprefix("export ").strip()
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key] = value
+    return values
+
+
+def postgres_url(project_root: Path, environ: dict[str, str] | None = None) -> str | None:
+    """OPENPROSE_POSTGRES_URL from .prose/.env, then the environment, then DATABASE_URL."""
+    environ = dict(os.environ) if environ is None else environ
+    return (read_env_file(project_root).get("OPENPROSE_POSTGRES_URL")
+            or environ.get("OPENPROSE_POSTGRES_URL") or environ.get("DATABASE_URL"))

@@ -1,0 +1,44 @@
+"""The state layer's error hierarchy. Every refusal names the rule that was broken."""
+
+from __future__ import annotations
+
+
+class StateError(Exception):
+    """Base class for every state-layer error."""
+
+
+class CapabilityError(StateError):
+    """A write or read that the caller's capability does not allow."""
+
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__(f"{detail} (rule: {rule})")
+        self.rule = rule
+
+
+class InvalidNameError(StateError):
+    """A name that would become part of a path is not acceptable."""
+
+
+class PathEscapeError(InvalidNameError):
+    """A path that would resolve outside its allowed root."""
+
+
+class NotFoundError(StateError):
+    """A binding, frame or record that does not exist."""
+
+
+class RunNotFound(NotFoundError):
+    """No run with this id exists in the store."""
+
+
+class RecursionLimitExceeded(StateError):
+    """Pushing a frame would exceed the block's max_depth."""
+
+    def __init__(self, block: str, limit: int) -> None:
+        super().__init__(f"RecursionLimitExceeded: block '{block}' exceeded max_depth {limit}")
+        self.block = block
+        self.limit = limit
+
+
+class BackendUnavailable(StateError):
+    """The chosen backend cannot be used (missing URL, server down, ...)."""

@@ -1,0 +1,127 @@
+"""Plain records exchanged with the state layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ROOT = 0  # execution id of the root scope (ruling 4: distinct from every frame, which start at 1)
+KINDS = frozenset({"input", "output", "let", "const", "param", "anonymous"})
+AGENT_SCOPES = frozenset({"execution", "project", "user", "custom"})
+
+
+@dataclass(frozen=True, slots=True)
+class BindingRef:
+    """A binding's identity: its name and the execution id of its frame (None = root)."""
+
+    name: str
+    execution_id: int | None = None
+
+    @property
+    def eid(self) -> int:
+        return self.execution_id or ROOT
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.name}__{self.execution_id}.md" if self.execution_id else f"{self.name}.md"
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    name: str
+    execution_id: int | None
+    kind: str
+    source: str
+    value: str
+    location: str = ""
+
+    @property
+    def ref(self) -> BindingRef:
+        return BindingRef(self.name, self.execution_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    execution_id: int
+    block: str
+    depth: int
+    parent: int | None = None
+    args: dict[str, str] = field(default_factory=dict)
+    status: str = "executing"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRef:
+    """Where a persistent agent's memory lives: execution | project | user | custom (path)."""
+
+    name: str
+    scope: str = "execution"
+    path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    sessions: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens,
+                     self.output_tokens + other.output_tokens,
+                     self.cost_usd + other.cost_usd, self.sessions + other.sessions)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One durable-execution record, keyed by a stable statement key."""
+
+    key: str
+    kind: str  # intent | result | verdict | note
+    input_hash: str = ""
+    status: str = ""
+    binding: BindingRef | None = None
+    value: Any = None
+    reason: str = ""
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionGrant:
+    """What the VM hands a session: its token and where things are."""
+
+    token: str
+    binding: BindingRef
+    binding_location: str
+    context_locations: dict[str, str]
+    memory_location: str | None = None
+    segment_location: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatementStatus:
+    """Status of one statement for state.md: its lines in the program and what happened."""
+
+    line: int
+    end_line: int
+    status: str  # executing | complete | retrying | not_entered | next | failed | cancelled
+    binding: str | None = None
+    attempt: int = 0
+    max_attempts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StateSnapshot:
+    statuses: tuple[StatementStatus, ...] = ()
+    active: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    id: str
+    status: str
+    program_path: str | None
+    started: str
+    updated: str

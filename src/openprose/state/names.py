@@ -1,0 +1,87 @@
+"""Validation of everything that becomes part of a path or a key."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+
+from openprose.state.errors import InvalidNameError, PathEscapeError
+
+MAX_NAME = 128
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+SLUG_RE = re.compile(r"^@?[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[a-z0-9]{6}$")
+ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _reject_unsafe(value: str, what: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidNameError(f"{what} must be a non-empty string")
+    if len(value) > MAX_NAME:
+        raise InvalidNameError(f"{what} is longer than {MAX_NAME} characters")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise InvalidNameError(f"{what} {value!r} contains a control character")
+    if "/" in value or "\\" in value or value in (".", ".."):
+        raise InvalidNameError(f"{what} {value!r} must not contain path separators or be '.'/'..'")
+
+
+def check_name(value: str, what: str = "name") -> str:
+    """A binding or agent name: letters, digits, '_' and '-', starting with a letter or '_'."""
+    _reject_unsafe(value, what)
+    if not NAME_RE.match(value):
+        raise InvalidNameError(f"{what} {value!r} may only use letters, digits, '_' and '-'")
+    return value
+
+
+def check_slug(value: str, what: str = "import handle") -> str:
+    _reject_unsafe(value, what)
+    if not SLUG_RE.match(value) or ".." in value:
+        raise InvalidNameError(f"{what} {value!r} may only use letters, digits, '.', '_', '-'")
+    return value
+
+
+def check_run_id(value: str) -> str:
+    """A top-level run id, or a nested import run ``{id}/imports/{handle}--{slug}``."""
+    if not isinstance(value, str):
+        raise InvalidNameError("run id must be a string")
+    top, *rest = value.split("/imports/")
+    if not RUN_ID_RE.match(top):
+        raise InvalidNameError(f"run id {value!r} is not of the form YYYYMMDD-HHMMSS-xxxxxx")
+    for part in rest:
+        handle, sep, slug = part.partition("--")
+        if not sep:
+            raise InvalidNameError(f"run id {value!r}: nested runs are named handle--slug")
+        check_slug(handle)
+        check_slug(slug, "import slug")
+    return value
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
+    suffix = "".join(secrets.choice(ALPHABET) for _ in range(6))
+    return f"{now:%Y%m%d-%H%M%S}-{suffix}"
+
+
+def contained_path(raw: str, roots: list[Path], base: Path) -> Path:
+    """Resolve a custom persist path; it must stay inside one of ``roots``."""
+    _reject_unsafe_path(raw)
+    candidate = Path(raw).expanduser()
+    if not candidate.is_absolute():
+        candidate = base / candidate
+    resolved = candidate.resolve()
+    for root in roots:
+        if resolved.is_relative_to(root.resolve()):
+            return resolved
+    allowed = " or ".join(str(r) for r in roots)
+    raise PathEscapeError(f"persist path {raw!r} resolves to {resolved}, outside {allowed}")
+
+
+def _reject_unsafe_path(raw: str) -> None:
+    if not isinstance(raw, str) or not raw.strip():
+        raise InvalidNameError("persist path must be a non-empty string")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in raw):
+        raise InvalidNameError(f"persist path {raw!r} contains a control character")
+    if len(raw) > 1024:
+        raise InvalidNameError("persist path is longer than 1024 characters")

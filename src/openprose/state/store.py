@@ -1,0 +1,480 @@
+"""The state contract: runs, bindings, frames, capabilities and the durable journal.
+
+Who may write what is enforced here, once, above the backends:
+- the **VM capability** (held by whoever created or opened the run) writes state, execution
+  records and frames, grants sessions and writes values that are not session outputs;
+- a **session capability** writes exactly its one binding and reads the bindings it was given;
+  a persistent agent's session may also read/write that agent's memory and append a segment;
+- a token dies when its session ends. Anything else raises :class:`CapabilityError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from openprose.state.backends.base import Backend, RunRecord
+from openprose.state.errors import CapabilityError, NotFoundError, RecursionLimitExceeded
+from openprose.state.models import (
+    AGENT_SCOPES,
+    AgentRef,
+    Binding,
+    BindingRef,
+    Frame,
+    JournalEntry,
+    RunInfo,
+    SessionGrant,
+    StateSnapshot,
+    Usage,
+)
+from openprose.state.names import check_name, check_run_id, check_slug, contained_path, new_run_id
+from openprose.state.render import render_state
+
+DEFAULT_MAX_DEPTH = 100
+ANON_PREFIX = "anon_"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _new_token(kind: str) -> str:
+    return f"{kind}_{secrets.token_urlsafe(24)}"
+
+
+class StateStore:
+    """A project's state on one backend. Create or open runs; resolve session tokens."""
+
+    def __init__(self, backend: Backend, project_root: Path, home: Path) -> None:
+        self.backend = backend
+        self.project_root = project_root
+        self.home = home
+        self._runs: dict[str, Run] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def kind(self) -> str:
+        return self.backend.name
+
+    def create_run(self, program_source: str, program_path: str | None = None, *,
+                   run_id: str | None = None) -> Run:
+        run_id = check_run_id(run_id) if run_id else new_run_id()
+        token = _new_token("vm")
+        now = _now()
+        record = RunRecord(run_id, program_path, program_source, "running", now, now,
+                           _hash(token))
+        self.backend.create_run(record)
+        run = Run(self, record, token)
+        self._runs[run_id] = run
+        return run
+
+    def open_run(self, run_id: str, *, vm_token: str | None = None) -> Run:
+        """Open an existing run with the VM capability.
+
+        Local trusted callers (``prose resume``) may omit ``vm_token``; remote callers (the
+        MCP server's clients) must present it.
+        """
+        check_run_id(run_id)
+        record = self.backend.load_run(run_id)
+        if vm_token is not None and _hash(vm_token) != record.vm_token_hash:
+            raise CapabilityError("only the VM capability may drive a run",
+                                  f"token does not hold the VM capability for run {run_id}")
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                run = Run(self, record, vm_token)
+                self._runs[run_id] = run
+        return run
+
+    def list_runs(self) -> list[RunInfo]:
+        return [RunInfo(r.id, r.status, r.program_path, r.started, r.updated)
+                for r in self.backend.list_runs()]
+
+    def session(self, token: str) -> SessionHandle:
+        """The handle for a session-capability token (raises if unknown or ended)."""
+        if not isinstance(token, str) or "_" not in token:
+            raise CapabilityError("a session writes only with a live session capability",
+                                  "malformed capability token")
+        found = self.backend.find_capability(_hash(token))
+        if found is None:
+            raise CapabilityError("a session writes only with a live session capability",
+                                  "unknown capability token")
+        run_id, grant = found
+        if not grant.get("alive", False):
+            raise CapabilityError("a token dies when its session completes",
+                                  f"the session for binding '{grant['name']}' has ended")
+        run = self.open_run(run_id)
+        return SessionHandle(run, token, grant)
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Run:
+    """One run, driven with the VM capability."""
+
+    def __init__(self, store: StateStore, record: RunRecord, vm_token: str | None) -> None:
+        self.store = store
+        self.backend = store.backend
+        self.record = record
+        self.vm_token = vm_token
+        self._lock = threading.Lock()
+        self._journal: dict[tuple[str, str], JournalEntry] = {}
+        self._frames: dict[int, Frame] = {}
+        self._live: dict[BindingRef, str] = {}
+        self._next_eid = 1
+        self._next_anon = 1
+        self._usage = Usage()
+        self._load()
+
+    # ------------------------------------------------------------------ loading
+    def _load(self) -> None:
+        self.backend.repair(self.id)
+        for entry in self.backend.read_journal(self.id):
+            self._remember(entry)
+        for frame in self.backend.list_frames(self.id):
+            self._frames[frame.execution_id] = frame
+            self._next_eid = max(self._next_eid, frame.execution_id + 1)
+        for binding in self.backend.list_bindings(self.id):
+            if binding.name.startswith(ANON_PREFIX) and binding.name[5:].isdigit():
+                self._next_anon = max(self._next_anon, int(binding.name[5:]) + 1)
+        for grant in self.backend.list_capabilities(self.id):
+            if grant.get("alive"):
+                self._live[BindingRef(grant["name"], grant["execution_id"])] = grant["hash"]
+
+    def _remember(self, entry: JournalEntry) -> None:
+        slot = "verdict" if entry.kind == "verdict" else "step"
+        previous = self._journal.get((slot, entry.key))
+        if previous is not None and previous.kind == "result" and entry.kind == "intent":
+            return
+        self._journal[(slot, entry.key)] = entry
+        if entry.kind == "result" and entry.status == "completed":
+            self._usage = self._usage + replace(entry.usage, sessions=1)
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def status(self) -> str:
+        return self.backend.load_run(self.id).status
+
+    @property
+    def program_source(self) -> str:
+        return self.record.program_source
+
+    @property
+    def program_path(self) -> str | None:
+        return self.record.program_path
+
+    @property
+    def location(self) -> str:
+        return self.backend.run_location(self.id)
+
+    # ------------------------------------------------------------------ frames
+    def push_frame(self, block: str, args: dict[str, str] | None = None,
+                   parent: int | None = None, max_depth: int = DEFAULT_MAX_DEPTH) -> Frame:
+        check_name(block, "block name")
+        with self._lock:
+            depth = 1
+            if parent is not None:
+                if parent not in self._frames:
+                    raise NotFoundError(f"no frame with execution_id {parent}")
+                depth = self._frames[parent].depth + 1
+            if depth > max_depth:
+                raise RecursionLimitExceeded(block, max_depth)
+            frame = Frame(self._next_eid, block, depth, parent, dict(args or {}))
+            self._next_eid += 1
+            self._frames[frame.execution_id] = frame
+        self.backend.put_frame(self.id, frame)
+        return frame
+
+    def pop_frame(self, execution_id: int) -> None:
+        with self._lock:
+            frame = self._frames.get(execution_id)
+            if frame is None:
+                raise NotFoundError(f"no frame with execution_id {execution_id}")
+            frame = replace(frame, status="completed")
+            self._frames[execution_id] = frame
+        self.backend.put_frame(self.id, frame)
+
+    def frame(self, execution_id: int) -> Frame:
+        try:
+            return self._frames[execution_id]
+        except KeyError:
+            raise NotFoundError(f"no frame with execution_id {execution_id}") from None
+
+    def frames(self) -> list[Frame]:
+        return sorted(self._frames.values(), key=lambda f: f.execution_id)
+
+    def call_stack(self, execution_id: int | None) -> list[Frame]:
+        """The frame chain from ``execution_id`` outward (innermost first)."""
+        chain: list[Frame] = []
+        current = execution_id
+        while current is not None:
+            frame = self.frame(current)
+            chain.append(frame)
+            current = frame.parent
+        return chain
+
+    # ------------------------------------------------------------------ bindings
+    def resolve(self, name: str, execution_id: int | None = None) -> Binding | None:
+        """Walk the frame chain outward, then root; the first binding found wins."""
+        check_name(name)
+        for frame in self.call_stack(execution_id):
+            found = self.backend.get_binding(self.id, BindingRef(name, frame.execution_id))
+            if found is not None:
+                return found
+        return self.backend.get_binding(self.id, BindingRef(name))
+
+    def read_binding(self, ref: BindingRef) -> Binding:
+        check_name(ref.name)
+        found = self.backend.get_binding(self.id, ref)
+        if found is None:
+            where = f" in execution {ref.execution_id}" if ref.execution_id else ""
+            raise NotFoundError(f"binding '{ref.name}'{where} does not exist in run {self.id}")
+        return found
+
+    def bindings(self) -> list[Binding]:
+        return self.backend.list_bindings(self.id)
+
+    def binding_location(self, ref: BindingRef) -> str:
+        check_name(ref.name)
+        return self.backend.binding_location(self.id, ref)
+
+    def next_anonymous(self) -> str:
+        """A fresh name for a session whose output is not captured: anon_001, anon_002..."""
+        with self._lock:
+            number = self._next_anon
+            self._next_anon += 1
+        return f"{ANON_PREFIX}{number:03d}"
+
+    def write_binding(self, ref: BindingRef, value: str, kind: str, source: str, *,
+                      durable: bool = False) -> Binding:
+        """The VM writes a value that no session produces (inputs, literals, copies)."""
+        check_name(ref.name)
+        if ref in self._live:
+            raise CapabilityError("a session's binding is written by that session",
+                                  f"binding '{ref.name}' belongs to a session in flight")
+        binding = Binding(ref.name, ref.execution_id, kind, source, value)
+        self.backend.put_binding(self.id, binding, durable=durable)
+        return binding
+
+    # ------------------------------------------------------------------ sessions
+    def grant_session(self, ref: BindingRef, kind: str, source: str,
+                      context: list[BindingRef] | None = None,
+                      agent: AgentRef | None = None) -> SessionGrant:
+        """Issue a session capability for exactly one binding (and the agent's memory)."""
+        check_name(ref.name)
+        context = list(context or [])
+        for item in context:
+            check_name(item.name, "context name")
+        if agent is not None:
+            self._check_agent(agent)
+        token = _new_token("ses")
+        grant: dict[str, Any] = {
+            "hash": _hash(token), "name": ref.name, "execution_id": ref.execution_id,
+            "kind": kind, "source": source, "alive": True,
+            "context": [[c.name, c.execution_id] for c in context],
+            "agent": None if agent is None else [agent.name, agent.scope, agent.path],
+        }
+        with self._lock:
+            self._live[ref] = grant["hash"]
+        self.backend.put_capability(self.id, grant)
+        return SessionGrant(
+            token, ref, self.backend.binding_location(self.id, ref),
+            {c.name: self.backend.binding_location(self.id, c) for c in context},
+            None if agent is None else self.backend.memory_location(self.id, agent),
+            None if agent is None else self.backend.segment_location(
+                self.id, agent, self.backend.next_segment(self.id, agent)))
+
+    def end_session(self, token: str) -> None:
+        """The session completed (or was abandoned): its token stops working."""
+        found = self.backend.find_capability(_hash(token))
+        if found is None or found[0] != self.id:
+            raise CapabilityError("a token dies when its session completes",
+                                  "no such session in this run")
+        grant = dict(found[1], alive=False)
+        with self._lock:
+            self._live.pop(BindingRef(grant["name"], grant["execution_id"]), None)
+        self.backend.put_capability(self.id, grant)
+
+    def complete_session(self, token: str, key: str, *, input_hash: str = "",
+                         value: str | None = None, usage: Usage | None = None,
+                         meta: dict[str, Any] | None = None) -> Binding:
+        """Finish a session in one durable step: its binding (``value``, or what the session
+        wrote itself) and its result record, then end the token."""
+        handle = self.store.session(token)
+        ref = handle.binding
+        if value is None:
+            staged = self.backend.get_binding(self.id, ref)
+            if staged is None:
+                raise NotFoundError(f"session for '{ref.name}' finished without writing it")
+            value = staged.value
+        binding = Binding(ref.name, ref.execution_id, handle.kind, handle.source, value)
+        entry = JournalEntry(key, "result", input_hash, "completed", ref, value,
+                             usage=usage or Usage(), meta=meta or {})
+        self.backend.commit(self.id, binding, entry)
+        self._remember(entry)
+        self.end_session(token)
+        return self.backend.get_binding(self.id, ref) or binding
+
+    # ------------------------------------------------------------------ journal
+    def record_intent(self, key: str, input_hash: str, meta: dict[str, Any] | None = None) -> None:
+        entry = JournalEntry(key, "intent", input_hash, "started", meta=meta or {})
+        self.backend.append_journal(self.id, entry, durable=False)
+        self._remember(entry)
+
+    def record_result(self, key: str, *, input_hash: str = "", binding: BindingRef | None = None,
+                      value: Any = None, usage: Usage | None = None, status: str = "completed",
+                      error: str | None = None, meta: dict[str, Any] | None = None) -> None:
+        entry = JournalEntry(key, "result", input_hash, status, binding, value, "", error,
+                             usage or Usage(), meta or {})
+        self.backend.append_journal(self.id, entry, durable=True)
+        self._remember(entry)
+
+    def journal(self, key: str) -> JournalEntry | None:
+        return self._journal.get(("step", key))
+
+    def journal_entries(self) -> list[JournalEntry]:
+        return list(self._journal.values())
+
+    def record_verdict(self, key: str, input_hash: str, value: bool | str, reason: str) -> None:
+        entry = JournalEntry(key, "verdict", input_hash, "completed", value=value, reason=reason)
+        self.backend.append_journal(self.id, entry, durable=True)
+        self._remember(entry)
+
+    def verdict(self, key: str) -> JournalEntry | None:
+        return self._journal.get(("verdict", key))
+
+    def usage_totals(self) -> Usage:
+        return self._usage
+
+    # ------------------------------------------------------------------ agents
+    def _check_agent(self, agent: AgentRef) -> None:
+        check_name(agent.name, "agent name")
+        if agent.scope not in AGENT_SCOPES:
+            raise ValueError(f"unknown agent scope {agent.scope!r}")
+        if agent.scope == "custom":
+            contained_path(agent.path or "", [self.store.project_root,
+                                              self.store.home / ".prose"],
+                           self.store.project_root)
+
+    def has_memory(self, agent: AgentRef) -> bool:
+        self._check_agent(agent)
+        return self.backend.read_memory(self.id, agent) is not None
+
+    def memory(self, agent: AgentRef) -> str | None:
+        """The VM may read an agent's memory (to inline it for providers that cannot read)."""
+        self._check_agent(agent)
+        return self.backend.read_memory(self.id, agent)
+
+    def segments(self, agent: AgentRef) -> list[tuple[int, str]]:
+        self._check_agent(agent)
+        return self.backend.list_segments(self.id, agent)
+
+    # ------------------------------------------------------------------ state and lifecycle
+    def update_state(self, snapshot: StateSnapshot) -> None:
+        text = render_state(self, snapshot)
+        self.backend.write_state(self.id, text, snapshot)
+
+    def state_text(self) -> str:
+        return self.backend.read_state(self.id)
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        if status not in ("completed", "failed", "interrupted"):
+            raise ValueError(f"unknown run status {status!r}")
+        self.backend.update_run(self.id, status=status, error=error)
+
+    def child(self, handle: str, slug: str, program_source: str,
+              program_path: str | None = None) -> Run:
+        """The nested run of an imported program: imports/{handle}--{slug}/ (same layout)."""
+        check_slug(handle.lstrip("@"))
+        check_slug(slug, "import slug")
+        child_id = f"{self.id}/imports/{handle.lstrip('@')}--{slug}"
+        try:
+            record = self.backend.load_run(child_id)
+            return Run(self.store, record, self.vm_token)
+        except NotFoundError:
+            pass
+        now = _now()
+        record = RunRecord(child_id, program_path, program_source, "running", now, now,
+                           self.record.vm_token_hash)
+        self.backend.create_run(record)
+        return Run(self.store, record, self.vm_token)
+
+
+class SessionHandle:
+    """What a session capability allows: its binding, its context, its agent's memory."""
+
+    def __init__(self, run: Run, token: str, grant: dict[str, Any]) -> None:
+        self.run = run
+        self.token = token
+        self._grant = grant
+        self.binding = BindingRef(grant["name"], grant["execution_id"])
+        self.kind: str = grant["kind"]
+        self.source: str = grant["source"]
+        self.context = {name: BindingRef(name, eid) for name, eid in grant["context"]}
+        raw_agent = grant.get("agent")
+        self.agent = AgentRef(*raw_agent) if raw_agent else None
+
+    def _alive(self) -> None:
+        found = self.run.backend.find_capability(_hash(self.token))
+        if found is None or not found[1].get("alive"):
+            raise CapabilityError("a token dies when its session completes",
+                                  f"the session for binding '{self.binding.name}' has ended")
+
+    def write_output(self, value: str) -> Binding:
+        """Write this session's own binding (the only binding it may write)."""
+        self._alive()
+        binding = Binding(self.binding.name, self.binding.execution_id, self.kind, self.source,
+                          value)
+        self.run.backend.put_binding(self.run.id, binding, durable=False)
+        return binding
+
+    def write_binding(self, name: str, value: str, execution_id: int | None = None) -> Binding:
+        if BindingRef(name, execution_id) != self.binding:
+            raise CapabilityError("a session may write only its assigned binding",
+                                  f"this session writes '{self.binding.name}', not '{name}'")
+        return self.write_output(value)
+
+    def read_context(self, name: str) -> str:
+        """Read a binding this session was given as context."""
+        self._alive()
+        ref = self.context.get(name)
+        if ref is None:
+            raise CapabilityError("a session reads only the bindings it was given as context",
+                                  f"'{name}' is not in this session's context")
+        return self.run.read_binding(ref).value
+
+    def _agent(self) -> AgentRef:
+        self._alive()
+        if self.agent is None:
+            raise CapabilityError("only a persistent agent's session touches its memory",
+                                  f"the session for '{self.binding.name}' has no agent memory")
+        return self.agent
+
+    def read_memory(self) -> str | None:
+        return self.run.backend.read_memory(self.run.id, self._agent())
+
+    def write_memory(self, text: str) -> None:
+        self.run.backend.write_memory(self.run.id, self._agent(), text)
+
+    def append_segment(self, text: str) -> int:
+        return self.run.backend.append_segment(self.run.id, self._agent(), text)
