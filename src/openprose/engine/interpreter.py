@@ -342,7 +342,8 @@ class Interpreter:
             raise MemoryMissing(f"E018: agent '{node.agent}' has no memory yet; start it with "
                                 f"'session: {node.agent}' before 'resume: {node.agent}'")
         spec = SessionSpec(ctx.path, digest, name, kind, ctx.execution_id, self.source_of(node),
-                           node.span.line, refs, node.agent if persist else None, persist)
+                           node.span.line, refs, node.agent if persist else None, persist,
+                           tuple(items))
         handle = self.journal.open_session(spec)
         memory = handle.io.read_memory() if node.resume else None
         policy = RetryPolicy(merged.retries, merged.backoff, self.options.retry_base_delay)
@@ -656,7 +657,7 @@ class Interpreter:
             raise RecursionLimitExceeded(f"block '{block.name}' exceeded max_depth {limit}")
         path = keys.call(ctx.path, block.name)
         bound = dict(zip(block.params, args, strict=True))
-        eid = self.journal.push_frame(block.name, path, bound, depth)
+        eid = self.journal.push_frame(block.name, bound, ctx.execution_id, limit)
         scope = Scope(parent=ctx.scope, execution_id=eid)
         for param, value in bound.items():
             scope.bind_here(param, value, "param")

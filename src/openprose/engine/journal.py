@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from openprose.engine.provider import SessionIO, Usage
+from openprose.engine.provider import ContextItem, SessionIO, Usage
 from openprose.engine.values import Value
 
 
@@ -27,6 +27,7 @@ class SessionSpec:
     context: tuple[tuple[str, int | None], ...] = ()
     agent: str | None = None
     persist: str | None = None
+    items: tuple[ContextItem, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +68,13 @@ class Journal(Protocol):
 
     def has_memory(self, agent: str, persist: str) -> bool: ...
 
-    def push_frame(self, block: str, call_path: str, args: dict[str, Value],
-                   depth: int) -> int: ...
+    def push_frame(self, block: str, args: dict[str, Value], parent: int | None,
+                   max_depth: int) -> int: ...
 
     def pop_frame(self, execution_id: int) -> None: ...
 
     def note(self, key: str, status: str, source: str, line: int) -> None: ...
 
     def child(self, handle: str, program_text: str) -> Journal: ...
+
+    def finish(self, status: str, error: str | None) -> None: ...

@@ -1,0 +1,202 @@
+"""``prose run`` and ``prose resume``: execute a program, or continue an interrupted run.
+
+Exit status: 0 the run completed, 1 the program failed, 2 usage problems or compile errors
+(diagnostics shown), 130 interrupted (the run stays consistent and resumable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from openprose.language import compile as compile_program
+
+BACKENDS = ["filesystem", "sqlite", "postgres"]
+PROVIDERS = ["anthropic", "scripted"]
+
+
+def _parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
+    inputs: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise click.UsageError(f"--input takes NAME=VALUE or NAME=@FILE, got {pair!r}")
+        if value.startswith("@"):
+            try:
+                value = Path(value[1:]).read_text(encoding="utf-8")
+            except OSError as err:
+                raise click.UsageError(f"--input {name}: cannot read {value[1:]}: "
+                                       f"{err.strerror}") from err
+        inputs[name.strip()] = value
+    return inputs
+
+
+def _provider(name: str, script: str | None) -> Any:
+    from openprose.engine.errors import ProviderUnavailable
+
+    try:
+        if name == "scripted":
+            from openprose.engine.scripted import ScriptedProvider
+
+            if script is None:
+                raise click.UsageError("--provider scripted needs --script FILE (YAML or JSON; "
+                                       "see examples/hello.script.yaml)")
+            return ScriptedProvider.from_file(script)
+        from openprose.engine.anthropic_provider import AnthropicProvider
+
+        return AnthropicProvider()
+    except ProviderUnavailable as err:
+        raise click.UsageError(str(err)) from err
+
+
+def _common(fn: Any) -> Any:
+    options = [
+        click.option("--state", "backend", type=click.Choice(BACKENDS), default=None,
+                     help="State backend (default: filesystem; resume: the run's own)."),
+        click.option("--provider", type=click.Choice(PROVIDERS), default="anthropic",
+                     show_default=True, help="Who runs sessions and judges conditions."),
+        click.option("--script", type=click.Path(dir_okay=False),
+                     help="Script file for --provider scripted."),
+        click.option("--max-concurrency", type=click.IntRange(1, 1000), default=16,
+                     show_default=True, help="Most model calls in flight at once."),
+        click.option("--json", "as_json", is_flag=True,
+                     help="Print one JSON result: run_id, status, outputs, sessions, tokens."),
+        click.option("--project", type=click.Path(file_okay=False), default=".",
+                     show_default=True, help="Project root holding .prose/."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@click.command("run")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--input", "inputs", multiple=True, metavar="NAME=VALUE|NAME=@FILE",
+              help="Value for a program input (repeatable).")
+@click.option("--dry-run", is_flag=True,
+              help="Walk the program without a model: sessions and judgments per construct.")
+@_common
+def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str | None,
+                provider: str, script: str | None, max_concurrency: int, as_json: bool,
+                project: str) -> None:
+    """Run an OpenProse program."""
+    try:
+        source = Path(file).read_text(encoding="utf-8")
+    except OSError as err:
+        raise click.UsageError(f"{file}: cannot read ({err.strerror})") from err
+    result = compile_program(source, file)
+    if not result.ok or result.program is None:
+        for diagnostic in result.diagnostics:
+            click.echo(diagnostic.format(source), err=True)
+        sys.exit(2)
+    from openprose.engine import runner
+    from openprose.engine.errors import ImportFailed
+
+    try:
+        imports = runner.load_imports(result.program, file, Path(project))
+    except ImportFailed as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    if dry_run:
+        _print_plan(runner.dry_run(result.program, imports), as_json)
+        return
+    values = _parse_inputs(inputs)
+    job = runner.Job(source=source, file=file, program=result.program, imports=imports,
+                     inputs=values, project_root=Path(project), backend=backend or "filesystem",
+                     max_concurrency=max_concurrency,
+                     ask=_asker(as_json))
+    _execute(job, _provider(provider, script), as_json)
+
+
+@click.command("resume")
+@click.argument("run_id")
+@click.option("--program", "program_file", type=click.Path(dir_okay=False),
+              help="Resume against this (possibly edited) program instead of the run's copy; "
+                   "refused where a recorded step no longer matches.")
+@_common
+def resume_command(run_id: str, program_file: str | None, backend: str | None, provider: str,
+                   script: str | None, max_concurrency: int, as_json: bool,
+                   project: str) -> None:
+    """Continue an interrupted or failed run: finished sessions are not called again."""
+    from openprose.engine import runner
+    from openprose.engine.errors import EngineError
+
+    try:
+        job = runner.resume_job(run_id, Path(project), backend, program_file,
+                                max_concurrency=max_concurrency, ask=_asker(as_json))
+    except EngineError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    _execute(job, _provider(provider, script), as_json)
+
+
+def _asker(as_json: bool) -> Any:
+    if as_json or not sys.stdin.isatty():
+        return None
+
+    def ask(name: str, description: str) -> str:
+        return click.prompt(f"{name} ({description})" if description else name, err=True)
+
+    return ask
+
+
+def _execute(job: Any, provider: Any, as_json: bool) -> None:
+    from openprose.engine import runner
+    from openprose.engine.progress import Progress
+    from openprose.state import StateError
+
+    def started(run_id: str) -> None:
+        click.echo(f"run {run_id} started", err=True)
+        sys.stderr.flush()
+
+    live = not as_json and sys.stderr.isatty()
+    progress = Progress(job.source) if live else None
+    try:
+        if progress is not None:
+            with progress:
+                outcome = asyncio.run(runner.execute(job, provider, progress, started))
+        else:
+            outcome = asyncio.run(runner.execute(job, provider, None, started))
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted; the run is consistent: prose resume {job.run_id}", err=True)
+        sys.exit(130)
+    except StateError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(json.dumps(outcome.to_dict(), ensure_ascii=False, default=str))
+    else:
+        _print_outcome(outcome)
+    sys.exit(outcome.exit_code)
+
+
+def _print_outcome(outcome: Any) -> None:
+    click.echo(f"run {outcome.run_id}: {outcome.status} ({outcome.sessions} sessions, "
+               f"{outcome.reused} reused, {outcome.tokens} tokens)", err=True)
+    if outcome.error:
+        click.echo(f"error: {outcome.error}", err=True)
+        if not outcome.usage_error:
+            click.echo(f"resume with: prose resume {outcome.run_id}", err=True)
+    from openprose.engine.values import to_text
+
+    for name, value in outcome.outputs.items():
+        click.echo(f"── {name}\n{to_text(value)}")
+
+
+def _print_plan(plan: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(plan.to_dict(), ensure_ascii=False))
+        return
+    for step in plan.steps:
+        times = "?" if step.times is None else str(step.times)
+        why = f"  ({step.why})" if step.why else ""
+        text = step.text.replace("\n", " ")[:60]
+        click.echo(f"line {step.line:>4}  {step.kind:<8} ×{times:<5} {text}{why}")
+    more = " (plus data-dependent counts, marked ?)" if plan.data_dependent else ""
+    click.echo(f"at most {plan.sessions} sessions and {plan.judgments} judgments{more}; "
+               f"about {plan.estimated_tokens():,} tokens")

@@ -1,0 +1,163 @@
+"""Starting and resuming runs: compile, open state, interpret, report the outcome.
+
+This is the engine's public entry point for the CLI (``prose run``/``prose resume``) and,
+later, the MCP server when a host delegates a whole program.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from openprose import state
+from openprose.engine.errors import (
+    EngineError,
+    MissingInput,
+    ProgramError,
+    ProgramFailed,
+    ResumeMismatch,
+)
+from openprose.engine.events import Event, Listener
+from openprose.engine.imports import Imported, ImportLoader
+from openprose.engine.interpreter import Interpreter, Options
+from openprose.engine.plan import Plan, plan
+from openprose.engine.provider import Provider
+from openprose.engine.state_journal import StateJournal, recorded_inputs
+from openprose.engine.values import Value
+from openprose.language import compile as compile_program
+from openprose.language import nodes as n
+
+
+@dataclass
+class Job:
+    """One run to start (``run_id`` None) or to resume."""
+
+    source: str
+    file: str
+    program: n.Program
+    project_root: Path
+    backend: str = "filesystem"
+    inputs: dict[str, Value] = field(default_factory=dict)
+    imports: dict[str, Imported] = field(default_factory=dict)
+    max_concurrency: int = 16
+    ask: Callable[[str, str], str | None] | None = None
+    run_id: str | None = None
+    options: Options | None = None
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    status: str  # completed | failed | interrupted
+    outputs: dict[str, Value] = field(default_factory=dict)
+    sessions: int = 0
+    reused: int = 0
+    tokens: int = 0
+    error: str | None = None
+    usage_error: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.status == "completed":
+            return 0
+        if self.status == "interrupted":
+            return 130
+        return 2 if self.usage_error else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "status": self.status, "outputs": self.outputs,
+                "sessions": self.sessions, "reused": self.reused, "tokens": self.tokens,
+                "error": self.error}
+
+
+def load_imports(program: n.Program, file: str, project_root: Path) -> dict[str, Imported]:
+    return ImportLoader(project_root / ".prose" / "cache" / "imports").load(program, file)
+
+
+def dry_run(program: n.Program, imports: dict[str, Imported] | None = None) -> Plan:
+    return plan(program, imports)
+
+
+def resume_job(run_id: str, project_root: Path, backend: str | None,
+               program_file: str | None = None, **settings: Any) -> Job:
+    """Prepare a resume: the run's own program copy (or an edited file) and its inputs."""
+    try:
+        store = state.open_store(project_root, backend or _find_backend(project_root, run_id))
+        run = store.open_run(run_id)
+    except state.StateError as err:
+        raise EngineError(f"cannot resume {run_id}: {err}") from err
+    if program_file is not None:
+        source, file = Path(program_file).read_text(encoding="utf-8"), program_file
+    else:
+        source, file = run.program_source, run.program_path or f"{run_id}/program.prose"
+    result = compile_program(source, file)
+    if not result.ok or result.program is None:
+        raise ResumeMismatch(f"the program of run {run_id} no longer compiles")
+    imports = load_imports(result.program, file, project_root)
+    inputs = recorded_inputs(run, result.program)
+    store.close()
+    return Job(source=source, file=file, program=result.program, project_root=project_root,
+               backend=store.kind, inputs=inputs, imports=imports, run_id=run_id,
+               **settings)
+
+
+def _find_backend(project_root: Path, run_id: str) -> str:
+    runs = project_root / ".prose" / "runs" / run_id
+    return "sqlite" if (runs / "state.db").exists() else "filesystem"
+
+
+async def execute(job: Job, provider: Provider, listener: Listener | None = None,
+                  on_start: Callable[[str], None] | None = None) -> Outcome:
+    """Run (or resume) ``job`` to the end; never raises for program failures.
+
+    ``on_start`` gets the run id as soon as the run exists (before any session).
+    """
+    store = state.open_store(job.project_root, job.backend)
+    if job.run_id is None:
+        run = store.create_run(job.source, job.file)
+        job.run_id = run.id
+    else:
+        run = store.open_run(job.run_id)
+    if on_start is not None:
+        on_start(run.id)
+    journal = StateJournal(run, getattr(provider, "record_commit", None))
+    options = job.options or Options(max_concurrency=job.max_concurrency, ask=job.ask)
+    options.listener = _both(journal.on_event, listener)
+    interpreter = Interpreter(job.program, job.source, journal, provider, file=job.file,
+                              inputs=job.inputs, imports=job.imports, options=options)
+    outcome = Outcome(run.id, "failed")
+    try:
+        outcome.outputs = await interpreter.run()
+        outcome.status = "completed"
+    except ProgramError as err:
+        outcome.error = str(ProgramFailed(err))
+    except (MissingInput, ResumeMismatch) as err:
+        outcome.error, outcome.usage_error = str(err), True
+    except EngineError as err:
+        outcome.error = f"{type(err).__name__}: {err}"
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        journal.finish("interrupted", "interrupted")
+        store.close()
+        raise
+    finally:
+        await provider.aclose()
+    totals = interpreter.totals
+    outcome.sessions, outcome.reused = totals.sessions, totals.reused
+    outcome.tokens = totals.usage.input_tokens + totals.usage.output_tokens
+    journal.finish(outcome.status, outcome.error)
+    store.close()
+    return outcome
+
+
+def _both(first: Listener, second: Listener | None) -> Listener:
+    if second is None:
+        return first
+
+    def both(event: Event) -> None:
+        first(event)
+        second(event)
+
+    return both

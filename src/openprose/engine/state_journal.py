@@ -1,0 +1,188 @@
+"""The interpreter's journal on :mod:`openprose.state` (its public API only).
+
+Each session: an intent record, a session capability for exactly its binding (plus its
+agent's memory when persistent), then binding and result committed as one durable step.
+``state.md`` is re-rendered from progress events at most every ``render_interval`` seconds
+and when the run ends (it is derived data; the journal is what resume trusts).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from openprose import state
+from openprose.engine.events import Event
+from openprose.engine.journal import Recorded, SessionSpec
+from openprose.engine.provider import ContextItem, Usage
+from openprose.engine.values import Value, to_text
+from openprose.language import nodes as n
+
+_KINDS = {"let", "const", "output", "input", "param"}
+_STATUS = {"session_start": "executing", "session_retry": "retrying",
+           "session_end": "complete", "session_reused": "complete",
+           "session_failed": "failed", "cancelled": "cancelled"}
+
+
+def agent_ref(agent: str, persist: str) -> state.AgentRef:
+    """``persist`` as the engine reads it (execution/project/user or a path) → AgentRef."""
+    if persist in ("execution", "project", "user"):
+        return state.AgentRef(agent, persist)
+    return state.AgentRef(agent, "custom", persist)
+
+
+class _IO:
+    """The provider's view of one session capability."""
+
+    def __init__(self, handle: state.SessionHandle, items: tuple[ContextItem, ...]) -> None:
+        self.handle = handle
+        self.items = {item.name: item.text for item in items}
+        self.wrote = False
+
+    def read_context(self, name: str) -> str:
+        try:
+            return self.handle.read_context(name)
+        except (state.NotFoundError, state.CapabilityError):
+            if name in self.items:  # a loop variable or literal: no binding to read
+                return self.items[name]
+            raise
+
+    def write_output(self, text: str) -> None:
+        self.handle.write_output(text)
+        self.wrote = True
+
+    def read_memory(self) -> str | None:
+        return self.handle.read_memory()
+
+    def write_memory(self, text: str) -> None:
+        self.handle.write_memory(text)
+
+
+class _OpenSession:
+    def __init__(self, journal: StateJournal, spec: SessionSpec, grant: state.SessionGrant,
+                 io: _IO) -> None:
+        self.journal, self.spec, self.grant, self.io = journal, spec, grant, io
+
+    def binding_location(self, name: str, execution_id: int | None) -> str:
+        return self.journal.location(name, execution_id)
+
+    def finish(self, output: str | None, usage: Usage) -> str:
+        run = self.journal.run
+        if self.spec.persist is not None and self.io.handle.agent is not None:
+            self.io.handle.append_segment(output if output is not None else "(written)")
+        binding = run.complete_session(
+            self.grant.token, self.spec.key, input_hash=self.spec.input_hash,
+            value=None if self.io.wrote and output is None else (output or ""),
+            usage=state.Usage(usage.input_tokens, usage.output_tokens, usage.cost_usd))
+        if self.journal.on_commit is not None:
+            self.journal.on_commit(self.spec.key)
+        return binding.value
+
+    def abort(self, error: str) -> None:
+        run = self.journal.run
+        status = "cancelled" if error == "cancelled" else "failed"
+        run.record_result(self.spec.key, input_hash=self.spec.input_hash, status=status,
+                          error=error)
+        run.end_session(self.grant.token)
+
+
+class StateJournal:
+    def __init__(self, run: state.Run, on_commit: Callable[[str], None] | None = None,
+                 render_interval: float = 0.5) -> None:
+        self.run = run
+        self.on_commit = on_commit
+        self.render_interval = render_interval
+        self.statuses: dict[int, state.StatementStatus] = {}
+        self.rendered_at = 0.0
+
+    # ----------------------------------------------------------------------- sessions
+
+    def session_result(self, key: str) -> Recorded | None:
+        entry = self.run.journal(key)
+        if entry is None or entry.kind != "result" or entry.status != "completed":
+            return None
+        return Recorded(entry.input_hash, entry.value)
+
+    def open_session(self, spec: SessionSpec) -> _OpenSession:
+        name = spec.binding or self.run.next_anonymous()
+        kind = spec.kind if spec.binding and spec.kind in _KINDS else "anonymous"
+        ref = state.BindingRef(name, spec.execution_id)
+        context = [state.BindingRef(c, eid) for c, eid in spec.context]
+        agent = agent_ref(spec.agent, spec.persist) if spec.agent and spec.persist else None
+        self.run.record_intent(spec.key, spec.input_hash, {"line": spec.line})
+        grant = self.run.grant_session(ref, kind, spec.source, context, agent)
+        handle = self.run.store.session(grant.token)
+        return _OpenSession(self, spec, grant, _IO(handle, spec.items))
+
+    # ----------------------------------------------------------------------- verdicts
+
+    def verdict(self, key: str) -> Recorded | None:
+        entry = self.run.verdict(key)
+        return None if entry is None else Recorded(entry.input_hash, entry.value, entry.reason)
+
+    def record_verdict(self, key: str, input_hash: str, value: bool | str, reason: str,
+                       source: str, line: int) -> None:
+        self.run.record_verdict(key, input_hash, value, reason)
+
+    # ----------------------------------------------------------------------- bindings, frames
+
+    def bind(self, name: str, value: Value, kind: str, execution_id: int | None,
+             source: str) -> None:
+        self.run.write_binding(state.BindingRef(name, execution_id), to_text(value),
+                               kind if kind in _KINDS else "let", source)
+
+    def location(self, name: str, execution_id: int | None) -> str:
+        try:
+            return self.run.binding_location(state.BindingRef(name, execution_id))
+        except state.InvalidNameError:
+            return name
+
+    def has_memory(self, agent: str, persist: str) -> bool:
+        return self.run.has_memory(agent_ref(agent, persist))
+
+    def push_frame(self, block: str, args: dict[str, Value], parent: int | None,
+                   max_depth: int) -> int:
+        frame = self.run.push_frame(block, {k: to_text(v)[:200] for k, v in args.items()},
+                                    parent, max_depth)
+        return frame.execution_id
+
+    def pop_frame(self, execution_id: int) -> None:
+        self.run.pop_frame(execution_id)
+
+    def note(self, key: str, status: str, source: str, line: int) -> None:
+        self.run.record_result(key, status=status)
+
+    def child(self, handle: str, program_text: str) -> StateJournal:
+        owner, _, slug = handle.partition("--")
+        return StateJournal(self.run.child(owner, slug or owner, program_text), self.on_commit,
+                            self.render_interval)
+
+    # ----------------------------------------------------------------------- state.md
+
+    def on_event(self, event: Event) -> None:
+        status = _STATUS.get(event.kind)
+        if status is None:
+            return
+        self.statuses[event.line] = state.StatementStatus(event.line, event.line, status)
+        if time.monotonic() - self.rendered_at >= self.render_interval:
+            self.render()
+
+    def render(self) -> None:
+        self.rendered_at = time.monotonic()
+        ordered = tuple(self.statuses[line] for line in sorted(self.statuses))
+        self.run.update_state(state.StateSnapshot(ordered))
+
+    def finish(self, status: str, error: str | None) -> None:
+        self.render()
+        self.run.finish(status, error)
+
+
+def recorded_inputs(run: state.Run, program: n.Program) -> dict[str, Value]:
+    """The input values a run was started with (its input bindings)."""
+    inputs: dict[str, Value] = {}
+    for decl in program.inputs:
+        try:
+            inputs[decl.name] = run.read_binding(state.BindingRef(decl.name)).value
+        except state.NotFoundError:
+            continue
+    return inputs
