@@ -10,6 +10,9 @@ import click
 # subcommand name -> "module:attribute"
 COMMANDS = {
     "compile": "openprose.cli.compile_cmd:compile_command",
+    "run": "openprose.cli.run_cmd:run_command",
+    "resume": "openprose.cli.run_cmd:resume_command",
+    "export": "openprose.cli.export_cmd:export_command",
 }
 
 
