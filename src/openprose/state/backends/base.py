@@ -47,6 +47,12 @@ class Backend(ABC):
     def update_run(self, run_id: str, *, status: str, error: str | None) -> None: ...
     @abstractmethod
     def run_location(self, run_id: str) -> str: ...
+    @abstractmethod
+    def list_children(self, run_id: str) -> list[str]:
+        """Ids of the import runs directly under ``run_id``."""
+    @abstractmethod
+    def list_agents(self, run_id: str) -> list[str]:
+        """Names of the execution-scoped agents with memory or segments in this run."""
     def repair(self, run_id: str) -> None:  # noqa: B027 - optional hook
         """Bring derived data back in line with the durable journal after a crash."""
 

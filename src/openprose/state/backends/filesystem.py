@@ -151,6 +151,16 @@ class FilesystemBackend(Backend):
             found.append(self.load_run(path.parent.name))
         return found
 
+    def list_children(self, run_id: str) -> list[str]:
+        imports = self.run_dir(run_id) / "imports"
+        if not imports.is_dir():
+            return []
+        return [f"{run_id}/imports/{p.parent.name}" for p in sorted(imports.glob("*/run.json"))]
+
+    def list_agents(self, run_id: str) -> list[str]:
+        agents = self.run_dir(run_id) / "agents"
+        return sorted(p.name for p in agents.iterdir() if p.is_dir()) if agents.is_dir() else []
+
     def update_run(self, run_id: str, *, status: str, error: str | None) -> None:
         from openprose.state.store import _now
 

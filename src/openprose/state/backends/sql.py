@@ -139,6 +139,12 @@ class SqlBackend(Backend):
             raise RunNotFound(f"no run {run_id} in the {self.name} store")
         return self._record(rows[0])
 
+    def list_agents(self, run_id: str) -> list[str]:
+        rows = self.fetch(run_id, "SELECT name FROM {p}agents WHERE scope = 'execution' AND"
+                          " run_id = ? UNION SELECT agent_name FROM {p}agent_segments WHERE"
+                          " scope = 'execution' AND run_id = ?", (run_id, run_id))
+        return sorted({r[0] for r in rows})
+
     def update_run(self, run_id: str, *, status: str, error: str | None) -> None:
         from openprose.state.store import _now
 
@@ -392,6 +398,10 @@ class SqliteBackend(SqlBackend):
             found.append(self.load_run(path.parent.name))
         return found
 
+    def list_children(self, run_id: str) -> list[str]:
+        imports = self.files.run_dir(run_id) / "imports"
+        return [f"{run_id}/imports/{p.parent.name}" for p in sorted(imports.glob("*/state.db"))]
+
     def put_capability(self, run_id: str, grant: dict[str, Any]) -> None:
         super().put_capability(run_id, grant)
         self._capabilities[grant["hash"]] = (run_id, grant)
@@ -464,6 +474,12 @@ class PostgresBackend(SqlBackend):
         rows = self.fetch(None, self.RUN_COLUMNS + " WHERE position('/imports/' in id) = 0"
                           " ORDER BY id")
         return [self._record(row) for row in rows]
+
+    def list_children(self, run_id: str) -> list[str]:
+        prefix = f"{run_id}/imports/"
+        rows = self.fetch(None, "SELECT id FROM {p}run WHERE substr(id, 1, ?) = ?",
+                          (len(prefix), prefix))
+        return sorted(r[0] for r in rows if "/imports/" not in r[0][len(prefix):])
 
     def find_capability(self, token_hash: str) -> tuple[str, dict[str, Any]] | None:
         rows = self.fetch(None, "SELECT run_id, body FROM {p}capabilities WHERE hash = ?",
