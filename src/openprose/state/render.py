@@ -37,11 +37,11 @@ def render_trace(source: str, statuses: tuple[StatementStatus, ...]) -> str:
             if status.status in ("executing", "retrying", "complete", "failed"):
                 last = max(last, status.end_line)
     shown = lines[:min(len(lines), last + LOOKAHEAD)] if last else lines
-    width = min(60, max((len(line) for line in shown), default=0) + 2)
+    width = min(60, max((len(line) for line in shown), default=0))
     out = []
     for number, line in enumerate(shown, start=1):
         note = notes.get(number)
-        out.append(f"{line.ljust(width)}{note}" if note else line)
+        out.append(f"{line.ljust(width)}  {note}" if note else line)
     if len(shown) < len(lines):
         out.append(f"# ... {len(lines) - len(shown)} more line(s)")
     return "\n".join(out)
