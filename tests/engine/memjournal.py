@@ -79,9 +79,10 @@ class MemJournal:
     def has_memory(self, agent, persist):
         return agent in self.memory
 
-    def push_frame(self, block, call_path, args, depth):
+    def push_frame(self, block, args, parent, max_depth):
         eid = self.next_id
         self.next_id += 1
+        depth = 1 + next((d for e, _, d in self.frames if e == parent), 0)
         self.frames.append((eid, block, depth))
         return eid
 
@@ -93,3 +94,6 @@ class MemJournal:
 
     def child(self, handle, program_text):
         return self
+
+    def finish(self, status, error):
+        self.status = (status, error)
