@@ -59,6 +59,7 @@ class StateStore:
         self.project_root = project_root
         self.home = home
         self._runs: dict[str, Run] = {}
+        self._grants: dict[str, tuple[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -84,7 +85,8 @@ class StateStore:
         MCP server's clients) must present it.
         """
         check_run_id(run_id)
-        record = self.backend.load_run(run_id)
+        cached = self._runs.get(run_id)
+        record = cached.record if cached is not None else self.backend.load_run(run_id)
         if vm_token is not None and _hash(vm_token) != record.vm_token_hash:
             raise CapabilityError("only the VM capability may drive a run",
                                   f"token does not hold the VM capability for run {run_id}")
@@ -104,7 +106,7 @@ class StateStore:
         if not isinstance(token, str) or "_" not in token:
             raise CapabilityError("a session writes only with a live session capability",
                                   "malformed capability token")
-        found = self.backend.find_capability(_hash(token))
+        found = self.grant(_hash(token))
         if found is None:
             raise CapabilityError("a session writes only with a live session capability",
                                   "unknown capability token")
@@ -114,6 +116,18 @@ class StateStore:
                                   f"the session for binding '{grant['name']}' has ended")
         run = self.open_run(run_id)
         return SessionHandle(run, token, grant)
+
+    def grant(self, token_hash: str) -> tuple[str, dict[str, Any]] | None:
+        """The grant behind a token hash: this process's cache first, then storage."""
+        found = self._grants.get(token_hash)
+        if found is None:
+            found = self.backend.find_capability(token_hash)
+            if found is not None:
+                self._grants[token_hash] = found
+        return found
+
+    def remember_grant(self, run_id: str, grant: dict[str, Any]) -> None:
+        self._grants[grant["hash"]] = (run_id, grant)
 
     def close(self) -> None:
         self.backend.close()
@@ -297,6 +311,7 @@ class Run:
         with self._lock:
             self._live[ref] = grant["hash"]
         self.backend.put_capability(self.id, grant)
+        self.store.remember_grant(self.id, grant)
         return SessionGrant(
             token, ref, self.backend.binding_location(self.id, ref),
             {c.name: self.backend.binding_location(self.id, c) for c in context},
@@ -306,14 +321,19 @@ class Run:
 
     def end_session(self, token: str) -> None:
         """The session completed (or was abandoned): its token stops working."""
-        found = self.backend.find_capability(_hash(token))
+        grant = self._ended(token)
+        self.backend.put_capability(self.id, grant)
+
+    def _ended(self, token: str) -> dict[str, Any]:
+        found = self.store.grant(_hash(token))
         if found is None or found[0] != self.id:
             raise CapabilityError("a token dies when its session completes",
                                   "no such session in this run")
         grant = dict(found[1], alive=False)
         with self._lock:
             self._live.pop(BindingRef(grant["name"], grant["execution_id"]), None)
-        self.backend.put_capability(self.id, grant)
+        self.store.remember_grant(self.id, grant)
+        return grant
 
     def complete_session(self, token: str, key: str, *, input_hash: str = "",
                          value: str | None = None, usage: Usage | None = None,
@@ -327,13 +347,13 @@ class Run:
             if staged is None:
                 raise NotFoundError(f"session for '{ref.name}' finished without writing it")
             value = staged.value
-        binding = Binding(ref.name, ref.execution_id, handle.kind, handle.source, value)
+        binding = Binding(ref.name, ref.execution_id, handle.kind, handle.source, value,
+                          self.backend.binding_location(self.id, ref))
         entry = JournalEntry(key, "result", input_hash, "completed", ref, value,
                              usage=usage or Usage(), meta=meta or {})
-        self.backend.commit(self.id, binding, entry)
+        self.backend.commit(self.id, binding, entry, self._ended(token))
         self._remember(entry)
-        self.end_session(token)
-        return self.backend.get_binding(self.id, ref) or binding
+        return binding
 
     # ------------------------------------------------------------------ journal
     def record_intent(self, key: str, input_hash: str, meta: dict[str, Any] | None = None) -> None:
@@ -435,7 +455,7 @@ class SessionHandle:
         self.agent = AgentRef(*raw_agent) if raw_agent else None
 
     def _alive(self) -> None:
-        found = self.run.backend.find_capability(_hash(self.token))
+        found = self.run.store.grant(_hash(self.token))
         if found is None or not found[1].get("alive"):
             raise CapabilityError("a token dies when its session completes",
                                   f"the session for binding '{self.binding.name}' has ended")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from openprose.state.models import (
@@ -70,8 +70,9 @@ class Backend(ABC):
     @abstractmethod
     def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None: ...
     @abstractmethod
-    def commit(self, run_id: str, binding: Binding, entry: JournalEntry) -> None:
-        """Binding and result record as one durable step."""
+    def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
+               ended_grant: dict[str, Any] | None = None) -> None:
+        """Binding, result record (and the session's ended grant) as one durable step."""
     @abstractmethod
     def read_journal(self, run_id: str) -> list[JournalEntry]: ...
 
@@ -119,9 +120,16 @@ def segment_name(agent: str, number: int) -> str:
 
 
 def entry_to_json(entry: JournalEntry) -> str:
-    data = asdict(entry)
-    data["binding"] = None if entry.binding is None else [entry.binding.name,
-                                                           entry.binding.execution_id]
+    usage = entry.usage
+    data = {
+        "key": entry.key, "kind": entry.kind, "input_hash": entry.input_hash,
+        "status": entry.status, "value": entry.value, "reason": entry.reason,
+        "error": entry.error, "meta": entry.meta,
+        "binding": None if entry.binding is None else [entry.binding.name,
+                                                        entry.binding.execution_id],
+        "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+                  "cost_usd": usage.cost_usd, "sessions": usage.sessions},
+    }
     return json.dumps(data, separators=(",", ":"), default=str)
 
 

@@ -218,12 +218,15 @@ class FilesystemBackend(Backend):
     def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None:
         self._append(run_id, "journal.jsonl", entry_to_json(entry), durable=durable)
 
-    def commit(self, run_id: str, binding: Binding, entry: JournalEntry) -> None:
+    def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
+               ended_grant: dict[str, Any] | None = None) -> None:
         entry = JournalEntry(**{**_fields(entry),
                                 "meta": {**entry.meta, "kind": binding.kind,
                                          "source": binding.source}})
         self.put_binding(run_id, binding, durable=False)
         self.append_journal(run_id, entry, durable=True)
+        if ended_grant is not None:
+            self.put_capability(run_id, ended_grant)
 
     def read_journal(self, run_id: str) -> list[JournalEntry]:
         return [entry_from_json(line) for line in self._lines(run_id, "journal.jsonl")]

@@ -210,12 +210,16 @@ class SqlBackend(Backend):
             cur.execute(self.q(self.INSERT_JOURNAL),
                         (run_id, entry.key, entry.kind, entry_to_json(entry)))
 
-    def commit(self, run_id: str, binding: Binding, entry: JournalEntry) -> None:
+    def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
+               ended_grant: dict[str, Any] | None = None) -> None:
         row = self._binding_row(run_id, binding)
         with self.tx(run_id, durable=True) as cur:
             cur.execute(self.q(self.UPSERT_BINDING), row)
             cur.execute(self.q(self.INSERT_JOURNAL),
                         (run_id, entry.key, entry.kind, entry_to_json(entry)))
+            if ended_grant is not None:
+                cur.execute(self.q(self.UPSERT_CAPABILITY),
+                            (ended_grant["hash"], run_id, json.dumps(ended_grant)))
 
     def read_journal(self, run_id: str) -> list[JournalEntry]:
         rows = self.fetch(run_id, "SELECT body FROM {p}journal WHERE run_id = ? ORDER BY seq",
@@ -237,12 +241,12 @@ class SqlBackend(Backend):
                           " FROM {p}frames WHERE run_id = ?", (run_id,))
         return [Frame(r[0], r[1], r[2], r[3], json.loads(r[5] or "{}"), r[4]) for r in rows]
 
+    UPSERT_CAPABILITY = ("INSERT INTO {p}capabilities (hash, run_id, body) VALUES (?,?,?)"
+                         " ON CONFLICT (hash) DO UPDATE SET body = excluded.body")
+
     def put_capability(self, run_id: str, grant: dict[str, Any]) -> None:
         with self.tx(run_id, durable=False) as cur:
-            cur.execute(self.q(
-                "INSERT INTO {p}capabilities (hash, run_id, body) VALUES (?,?,?)"
-                " ON CONFLICT (hash) DO UPDATE SET body = excluded.body"),
-                (grant["hash"], run_id, json.dumps(grant)))
+            cur.execute(self.q(self.UPSERT_CAPABILITY), (grant["hash"], run_id, json.dumps(grant)))
 
     def list_capabilities(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.fetch(run_id, "SELECT body FROM {p}capabilities WHERE run_id = ?",
@@ -347,7 +351,6 @@ class SqliteBackend(SqlBackend):
         self._local = threading.local()
         self._ready: set[Path] = set()
         self._ready_lock = threading.Lock()
-        self._capabilities: dict[str, tuple[str, dict[str, Any]]] = {}
 
     def db_path(self, run_id: str | None, scope: str) -> Path:
         if scope == "project":
@@ -402,14 +405,7 @@ class SqliteBackend(SqlBackend):
         imports = self.files.run_dir(run_id) / "imports"
         return [f"{run_id}/imports/{p.parent.name}" for p in sorted(imports.glob("*/state.db"))]
 
-    def put_capability(self, run_id: str, grant: dict[str, Any]) -> None:
-        super().put_capability(run_id, grant)
-        self._capabilities[grant["hash"]] = (run_id, grant)
-
     def find_capability(self, token_hash: str) -> tuple[str, dict[str, Any]] | None:
-        found = self._capabilities.get(token_hash)
-        if found is not None:
-            return found
         if self.files.runs.is_dir():
             for path in self.files.runs.rglob("state.db"):
                 run_id = str(path.parent.relative_to(self.files.runs))
