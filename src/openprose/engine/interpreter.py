@@ -373,7 +373,11 @@ class Interpreter:
             raise
         finally:
             self.totals.in_flight -= 1
-        output = handle.finish(result.output, result.usage)
+        if self.totals.in_flight:
+            # Committing waits for the disk; a worker thread keeps the other sessions moving.
+            output = await asyncio.to_thread(handle.finish, result.output, result.usage)
+        else:
+            output = handle.finish(result.output, result.usage)
         self.totals.sessions += 1
         self.totals.usage += result.usage
         tokens = result.usage.input_tokens + result.usage.output_tokens

@@ -34,28 +34,30 @@ async def join(
 ) -> Outcome:
     """Run ``branches`` and return their outcome, or raise :class:`ParallelFailed`."""
     tasks = {asyncio.create_task(make()): i for i, make in enumerate(branches)}
+    finished: asyncio.Queue[asyncio.Task[Any]] = asyncio.Queue()
+    for task in tasks:
+        task.add_done_callback(finished.put_nowait)
     outcome = Outcome()
-    pending = set(tasks)
     needed = count or 1
     try:
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in sorted(done, key=tasks.__getitem__):
-                error = task.exception()
-                if error is None:
-                    outcome.values[tasks[task]] = task.result()
-                elif isinstance(error, ProgramError):
-                    outcome.errors[tasks[task]] = error
-                else:
-                    raise error
+        for _ in range(len(tasks)):
+            task = await finished.get()
+            error = task.exception()
+            if error is None:
+                outcome.values[tasks[task]] = task.result()
+            elif isinstance(error, ProgramError):
+                outcome.errors[tasks[task]] = error
+            else:
+                raise error
             if _settled(outcome, strategy, on_fail, needed):
                 break
     finally:
+        pending = [task for task in tasks if not task.done()]
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        for task in sorted(pending, key=tasks.__getitem__):
+        for task in pending:
             outcome.cancelled.append(tasks[task])
             on_cancel(tasks[task])
     _check(outcome, strategy, on_fail, needed, len(branches))

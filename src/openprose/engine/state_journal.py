@@ -18,6 +18,8 @@ from openprose.engine.provider import ContextItem, Usage
 from openprose.engine.values import Value, to_text
 from openprose.language import nodes as n
 
+# Rendering may take at most about 1/RENDER_SHARE of the run's wall time.
+RENDER_SHARE = 50
 _KINDS = {"let", "const", "output", "input", "param"}
 _STATUS = {"session_start": "executing", "session_retry": "retrying",
            "session_end": "complete", "session_reused": "complete",
@@ -93,7 +95,7 @@ class StateJournal:
         self.on_commit = on_commit
         self.render_interval = render_interval
         self.statuses: dict[int, state.StatementStatus] = {}
-        self.rendered_at = 0.0
+        self.render_due = 0.0
 
     # ----------------------------------------------------------------------- sessions
 
@@ -164,13 +166,17 @@ class StateJournal:
         if status is None:
             return
         self.statuses[event.line] = state.StatementStatus(event.line, event.line, status)
-        if time.monotonic() - self.rendered_at >= self.render_interval:
+        if time.monotonic() >= self.render_due:
             self.render()
 
     def render(self) -> None:
-        self.rendered_at = time.monotonic()
+        """Re-render state.md; the next render waits long enough that rendering (which grows
+        with the number of bindings) stays a small share of the run's time."""
+        started = time.monotonic()
         ordered = tuple(self.statuses[line] for line in sorted(self.statuses))
         self.run.update_state(state.StateSnapshot(ordered))
+        cost = time.monotonic() - started
+        self.render_due = time.monotonic() + max(self.render_interval, cost * RENDER_SHARE)
 
     def finish(self, status: str, error: str | None) -> None:
         self.render()
