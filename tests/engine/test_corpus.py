@@ -1,25 +1,33 @@
-"""The corpus programs run to completion on the scripted provider, or fail only with the
-error their text asks for (a ``throw``, ``resume:`` before any memory)."""
+"""The corpus programs run to completion on the scripted provider with filesystem state, or
+fail only with the error their text asks for (a ``throw``, ``resume:`` before any memory)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
-from tests.engine.memjournal import MemJournal
 
-from openprose.engine.errors import MemoryMissing, ThrownError
-from openprose.engine.imports import ImportLoader
-from openprose.engine.interpreter import Interpreter, Options
+from openprose.engine import runner
+from openprose.engine.interpreter import Options
 from openprose.engine.scripted import ScriptedProvider
 from openprose.language import compile_or_raise
+from openprose.state import open_store
 
 CORPUS = Path("/work/shared/corpus")
 FILES = sorted(CORPUS.glob("*.prose")) + sorted(CORPUS.glob("roadmap/*.prose"))
+# 28 runs two `loop (max: 1000)` bodies of persistent-agent sessions: ~4 minutes on
+# filesystem state today (listing an agent's segments grows with their number). Set
+# OPENPROSE_SLOW_TESTS=1 to include it.
+SLOW = {"28-gas-town.prose"}
+RUN_SLOW = bool(os.environ.get("OPENPROSE_SLOW_TESTS"))
+CASES = [pytest.param(p, marks=pytest.mark.skipif(p.name in SLOW and not RUN_SLOW,
+                                                  reason="slow; OPENPROSE_SLOW_TESTS=1"))
+         for p in FILES]
 INTENDED = {
-    "22-error-handling.prose": (ThrownError, "Validation failed"),
-    "48-habit-miner.prose": (MemoryMissing, "E018"),
+    "22-error-handling.prose": "22-error-handling.prose:51:1: ThrownError: Validation failed",
+    "48-habit-miner.prose": "48-habit-miner.prose:252:22: MemoryMissing: E018",
 }
 # Conditions: false on the first judgment, true on the next — every `if` takes its else,
 # every `until` loop runs once, every `while` loop stops at once.
@@ -32,22 +40,23 @@ async def _no_sleep(seconds: float) -> None:
 
 
 @pytest.mark.skipif(not FILES, reason="corpus not present")
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.name)
 def test_corpus_program_runs(path, tmp_path):
     source = path.read_text(encoding="utf-8")
     program = compile_or_raise(source, str(path))
-    inputs = {decl.name: f"sample {decl.name}" for decl in program.inputs}
-    imports = ImportLoader(tmp_path).load(program, str(path))
-    journal = MemJournal()
-    interpreter = Interpreter(program, source, journal, ScriptedProvider(SCRIPT),
-                              file=str(path), inputs=inputs, imports=imports,
-                              options=Options(sleep=_no_sleep, loop_limit=50))
-    expected = INTENDED.get(path.name)
-    if expected is not None:
-        with pytest.raises(expected[0], match=expected[1]):
-            asyncio.run(interpreter.run())
+    job = runner.Job(
+        source=source, file=str(path), program=program, project_root=tmp_path,
+        inputs={decl.name: f"sample {decl.name}" for decl in program.inputs},
+        imports=runner.load_imports(program, str(path), tmp_path),
+        options=Options(sleep=_no_sleep, loop_limit=50))
+    outcome = asyncio.run(runner.execute(job, ScriptedProvider(SCRIPT)))
+    if path.name in INTENDED:
+        assert outcome.status == "failed" and INTENDED[path.name] in outcome.error
         return
-    outputs = asyncio.run(interpreter.run())
-    assert interpreter.totals.sessions > 0
-    declared = {s.name for s in program.body if s.__class__.__name__ == "Output" and s.name}
-    assert declared <= set(outputs)
+    assert outcome.status == "completed", outcome.error
+    assert outcome.sessions > 0
+    declared = {s.name for s in program.body if type(s).__name__ == "Output" and s.name}
+    assert declared <= set(outcome.outputs)
+    with open_store(tmp_path) as store:
+        names = {b.name for b in store.open_run(outcome.run_id).bindings()}
+    assert declared <= names
