@@ -89,3 +89,20 @@ def test_resume_unknown_run_is_a_usage_error(tmp_path):
     result = _invoke(["resume", "20990101-000000-abcdef", "--provider", "scripted",
                       "--script", str(EXAMPLES / "hello.script.yaml")], tmp_path)
     assert result.exit_code == 2 and "cannot resume" in result.output
+
+
+def test_mid_program_input_pauses_then_resume_supplies_it(tmp_path):
+    prog = tmp_path / "m.prose"
+    prog.write_text('let a = session "first"\ninput go: "Proceed?"\noutput b = session "then {go}"\n')
+    script = tmp_path / "s.yaml"
+    script.write_text("sessions:\n  - match: 'then (.+)'\n    output: 'went \\1'\n"
+                      "default_output: ok\n")
+    paused = _invoke(["run", str(prog), "--provider", "scripted", "--script", str(script)],
+                     tmp_path)
+    assert paused.exit_code == 2 and "missing input 'go'" in paused.output
+    run_id = paused.output.split("run ", 1)[1].split()[0]
+    done = _invoke(["resume", run_id, "--input", "go=yes", "--provider", "scripted",
+                    "--script", str(script), "--json"], tmp_path)
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.exit_code == 0 and data["outputs"] == {"b": "went yes"}
+    assert data["reused"] == 1

@@ -115,11 +115,14 @@ def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str 
 
 @click.command("resume")
 @click.argument("run_id")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=VALUE|NAME=@FILE",
+              help="Supply an input the run paused on (repeatable).")
 @click.option("--program", "program_file", type=click.Path(dir_okay=False),
               help="Resume against this (possibly edited) program instead of the run's copy; "
                    "refused where a recorded step no longer matches.")
 @_common
-def resume_command(run_id: str, program_file: str | None, backend: str | None, provider: str,
+def resume_command(run_id: str, inputs: tuple[str, ...], program_file: str | None,
+                   backend: str | None, provider: str,
                    script: str | None, max_concurrency: int, as_json: bool,
                    project: str) -> None:
     """Continue an interrupted or failed run: finished sessions are not called again."""
@@ -132,6 +135,7 @@ def resume_command(run_id: str, program_file: str | None, backend: str | None, p
     except EngineError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    job.inputs.update(_parse_inputs(inputs))
     _execute(job, _provider(provider, script), as_json)
 
 

@@ -133,8 +133,11 @@ class Interpreter:
 
     async def run(self) -> dict[str, Value]:
         """Run the program; return its outputs (``output`` bindings by name)."""
-        if self.options.ask is None:
+        if self.options.ask is None:  # inputs ahead of the first step must exist up front
             for decl in self.program.body:
+                if not isinstance(decl, n.Input | n.Use | n.ImportSkill | n.AgentDef
+                                  | n.BlockDef):
+                    break
                 if isinstance(decl, n.Input) and decl.name not in self.inputs:
                     raise MissingInput(decl.name, _prompt_text(decl.prompt))
         await self.body(self.program.body, Ctx(Scope(), self.root_path))
