@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,16 @@ from openprose.engine.scripted import ScriptedProvider
 from openprose.language import compile_or_raise
 from openprose.state import open_store
 
-BACKENDS = ["filesystem", "sqlite"]
+PG_URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
+BACKENDS = ["filesystem", "sqlite", pytest.param(
+    "postgres", marks=[pytest.mark.postgres, pytest.mark.skipif(
+        not PG_URL, reason="needs OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])]
+
+
+@pytest.fixture(autouse=True)
+def _postgres_env(monkeypatch):
+    if PG_URL:
+        monkeypatch.setenv("OPENPROSE_POSTGRES_URL", PG_URL)
 
 
 async def _no_sleep(seconds: float) -> None:
