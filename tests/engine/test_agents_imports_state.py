@@ -51,6 +51,10 @@ def test_project_agent_memory_survives_runs_and_resume_needs_it(tmp_path):
         assert run.memory(agent) == "knows the plan and the review"
         assert [text for _, text in run.segments(agent)] == ["planned", "reviewed"]
     assert (tmp_path / ".prose" / "agents" / "advisor" / "memory.md").exists()
+    fresh = _run(tmp_path, AGENT.format(body='session: advisor\n  prompt: "plan"'),
+                 script=script)
+    assert fresh.status == "completed" and len(fresh.warnings) == 1
+    assert fresh.warnings[0].startswith("W011") and "resume: advisor" in fresh.warnings[0]
 
 
 def test_imported_program_runs_in_nested_state(tmp_path):

@@ -182,6 +182,8 @@ def _execute(job: Any, provider: Any, as_json: bool) -> None:
 def _print_outcome(outcome: Any) -> None:
     click.echo(f"run {outcome.run_id}: {outcome.status} ({outcome.sessions} sessions, "
                f"{outcome.reused} reused, {outcome.tokens} tokens)", err=True)
+    for warning in outcome.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if outcome.error:
         click.echo(f"error: {outcome.error}", err=True)
         if not outcome.usage_error:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class Event:
     """``kind`` is one of: statement, session_start, session_end, session_reused,
-    session_retry, session_failed, verdict, verdict_reused, cancelled."""
+    session_retry, session_failed, verdict, verdict_reused, cancelled, warning."""
 
     kind: str
     key: str

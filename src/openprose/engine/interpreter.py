@@ -344,6 +344,11 @@ class Interpreter:
         if node.resume and not self.journal.has_memory(node.agent or "", persist or "execution"):
             raise MemoryMissing(f"E018: agent '{node.agent}' has no memory yet; start it with "
                                 f"'session: {node.agent}' before 'resume: {node.agent}'")
+        if persist and not node.resume and self.journal.has_memory(node.agent or "", persist):
+            self.emit("warning", ctx.path, node,
+                      f"W011 {self.file or '<program>'}:{node.span.line}:{node.span.column}: "
+                      f"'session: {node.agent}' starts fresh although the agent has memory "
+                      f"(use 'resume: {node.agent}' to continue it)")
         spec = SessionSpec(ctx.path, digest, name, kind, ctx.execution_id, self.source_of(node),
                            node.span.line, refs, node.agent if persist else None, persist,
                            tuple(items))

@@ -58,6 +58,7 @@ class Outcome:
     tokens: int = 0
     error: str | None = None
     usage_error: bool = False
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -70,7 +71,7 @@ class Outcome:
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "status": self.status, "outputs": self.outputs,
                 "sessions": self.sessions, "reused": self.reused, "tokens": self.tokens,
-                "error": self.error}
+                "error": self.error, "warnings": self.warnings}
 
 
 def load_imports(program: n.Program, file: str, project_root: Path) -> dict[str, Imported]:
@@ -125,10 +126,16 @@ async def execute(job: Job, provider: Provider, listener: Listener | None = None
         on_start(run.id)
     journal = StateJournal(run, getattr(provider, "record_commit", None))
     options = job.options or Options(max_concurrency=job.max_concurrency, ask=job.ask)
-    options.listener = _both(journal.on_event, listener)
+    outcome = Outcome(run.id, "failed")
+
+    def record(event: Event) -> None:
+        journal.on_event(event)
+        if event.kind == "warning":
+            outcome.warnings.append(event.text)
+
+    options.listener = _both(record, listener)
     interpreter = Interpreter(job.program, job.source, journal, provider, file=job.file,
                               inputs=job.inputs, imports=job.imports, options=options)
-    outcome = Outcome(run.id, "failed")
     try:
         outcome.outputs = await interpreter.run()
         outcome.status = "completed"
