@@ -62,10 +62,9 @@ def render_state(run: Run, snapshot: StateSnapshot) -> str:
         parts += ["## Active Constructs", "", *snapshot.active, ""]
     parts += ["## Index", "", "### Bindings", "",
               "| Name | Kind | Path | Execution ID |", "| --- | --- | --- | --- |"]
-    for binding in run.bindings():
-        scope = str(binding.execution_id) if binding.execution_id else "(root)"
-        location = run.binding_location(binding.ref)
-        parts.append(f"| {binding.name} | {binding.kind} | {location} | {scope} |")
+    for ref, kind in run.binding_index():
+        scope = str(ref.execution_id) if ref.execution_id else "(root)"
+        parts.append(f"| {ref.name} | {kind} | {run.binding_location(ref)} | {scope} |")
     stack = [f for f in run.frames() if f.status != "completed"]
     if stack:
         parts += ["", "## Call Stack", "", "| execution_id | block | depth | status |",

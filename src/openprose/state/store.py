@@ -151,6 +151,7 @@ class Run:
         self._journal: dict[tuple[str, str], JournalEntry] = {}
         self._frames: dict[int, Frame] = {}
         self._live: dict[BindingRef, str] = {}
+        self._index: dict[BindingRef, str] = {}
         self._next_eid = 1
         self._next_anon = 1
         self._usage = Usage()
@@ -165,6 +166,7 @@ class Run:
             self._frames[frame.execution_id] = frame
             self._next_eid = max(self._next_eid, frame.execution_id + 1)
         for binding in self.backend.list_bindings(self.id):
+            self._index[binding.ref] = binding.kind
             if binding.name.startswith(ANON_PREFIX) and binding.name[5:].isdigit():
                 self._next_anon = max(self._next_anon, int(binding.name[5:]) + 1)
         for grant in self.backend.list_capabilities(self.id):
@@ -268,6 +270,12 @@ class Run:
     def bindings(self) -> list[Binding]:
         return self.backend.list_bindings(self.id)
 
+    def binding_index(self) -> list[tuple[BindingRef, str]]:
+        """Every binding of the run with its kind, without reading values."""
+        with self._lock:
+            items = list(self._index.items())
+        return sorted(items, key=lambda item: (item[0].name, item[0].eid))
+
     def binding_location(self, ref: BindingRef) -> str:
         check_name(ref.name)
         return self.backend.binding_location(self.id, ref)
@@ -288,6 +296,7 @@ class Run:
                                   f"binding '{ref.name}' belongs to a session in flight")
         binding = Binding(ref.name, ref.execution_id, kind, source, value)
         self.backend.put_binding(self.id, binding, durable=durable)
+        self._index[ref] = kind
         return binding
 
     # ------------------------------------------------------------------ sessions
@@ -352,6 +361,7 @@ class Run:
         entry = JournalEntry(key, "result", input_hash, "completed", ref, value,
                              usage=usage or Usage(), meta=meta or {})
         self.backend.commit(self.id, binding, entry, self._ended(token))
+        self._index[ref] = handle.kind
         self._remember(entry)
         return binding
 
@@ -466,6 +476,7 @@ class SessionHandle:
         binding = Binding(self.binding.name, self.binding.execution_id, self.kind, self.source,
                           value)
         self.run.backend.put_binding(self.run.id, binding, durable=False)
+        self.run._index[self.binding] = self.kind
         return binding
 
     def write_binding(self, name: str, value: str, execution_id: int | None = None) -> Binding:

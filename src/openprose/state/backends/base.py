@@ -120,22 +120,32 @@ def segment_name(agent: str, number: int) -> str:
 
 
 def entry_to_json(entry: JournalEntry) -> str:
-    usage = entry.usage
-    data = {
-        "key": entry.key, "kind": entry.kind, "input_hash": entry.input_hash,
-        "status": entry.status, "value": entry.value, "reason": entry.reason,
-        "error": entry.error, "meta": entry.meta,
-        "binding": None if entry.binding is None else [entry.binding.name,
-                                                        entry.binding.execution_id],
-        "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-                  "cost_usd": usage.cost_usd, "sessions": usage.sessions},
-    }
+    """Compact JSON for a journal record: fields at their defaults are left out."""
+    data: dict[str, Any] = {"key": entry.key, "kind": entry.kind}
+    for name in ("input_hash", "status", "value", "reason", "error"):
+        if getattr(entry, name) not in ("", None):
+            data[name] = getattr(entry, name)
+    if entry.meta:
+        data["meta"] = entry.meta
+    if entry.binding is not None:
+        data["binding"] = [entry.binding.name, entry.binding.execution_id]
+    usage = {name: getattr(entry.usage, name) for name in USAGE_FIELDS
+             if getattr(entry.usage, name)}
+    if usage:
+        data["usage"] = usage
     return json.dumps(data, separators=(",", ":"), default=str)
 
 
 def entry_from_json(text: str) -> JournalEntry:
     data = json.loads(text)
-    binding = data.pop("binding")
-    usage = Usage(**data.pop("usage"))
+    binding = data.pop("binding", None)
+    usage = Usage(**data.pop("usage", {}))
     return JournalEntry(binding=None if binding is None else BindingRef(*binding), usage=usage,
                         **data)
+
+
+def grant_to_json(grant: dict[str, Any]) -> str:
+    return json.dumps(grant, separators=(",", ":"))
+
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cost_usd", "sessions")

@@ -14,13 +14,14 @@ import threading
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from openprose.state.backends.base import (
     Backend,
     RunRecord,
     entry_from_json,
     entry_to_json,
+    grant_to_json,
     segment_name,
 )
 from openprose.state.errors import RunNotFound
@@ -60,6 +61,41 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class AppendLog:
+    """An append-only file of JSON lines with group commit: a durable append returns once an
+    fsync that covers it has finished, and one fsync covers every line written before it."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        created = not path.exists()
+        self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
+        if created:
+            fsync_dir(path.parent)
+        self._write_lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._written = 0
+        self._synced = 0
+
+    def append(self, line: str, *, durable: bool) -> None:
+        with self._write_lock:
+            self._handle.write(line + "\n")
+            self._handle.flush()
+            self._written += 1
+            mine = self._written
+        if not durable:
+            return
+        with self._sync_lock:
+            if self._synced >= mine:
+                return
+            covered = self._written
+            os.fsync(self._handle.fileno())
+            self._synced = covered
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._handle.close()
+
+
 def format_binding(binding: Binding) -> str:
     scope = f"execution_id: {binding.execution_id}\n" if binding.execution_id else ""
     return (f"# {binding.name}\n\nkind: {binding.kind}\n{scope}\nsource:\n```prose\n"
@@ -91,7 +127,9 @@ class FilesystemBackend(Backend):
         self.prose = project_root / ".prose"
         self.runs = self.prose / "runs"
         self._lock = threading.Lock()
-        self._journals: dict[str, TextIO] = {}
+        self._logs: dict[str, AppendLog] = {}
+        self._segment_next: dict[Path, int] = {}
+        self._binding_dirs: dict[str, str] = {}
         self._capabilities: dict[str, tuple[str, dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ paths
@@ -111,7 +149,11 @@ class FilesystemBackend(Backend):
         return self.run_dir(run_id) / "bindings" / ref.file_name
 
     def binding_location(self, run_id: str, ref: BindingRef) -> str:
-        return self._relative(self.binding_path(run_id, ref))
+        directory = self._binding_dirs.get(run_id)
+        if directory is None:
+            directory = self._binding_dirs[run_id] = self._relative(
+                self.run_dir(run_id) / "bindings")
+        return f"{directory}/{ref.file_name}"
 
     def agent_dir(self, run_id: str, agent: AgentRef) -> Path:
         check_name(agent.name, "agent name")
@@ -203,17 +245,13 @@ class FilesystemBackend(Backend):
     # ------------------------------------------------------------------ journal
     def _append(self, run_id: str, file: str, line: str, *, durable: bool) -> None:
         key = f"{run_id}/{file}"
-        with self._lock:
-            handle = self._journals.get(key)
-            if handle is None:
-                path = self.run_dir(run_id) / file
-                path.parent.mkdir(parents=True, exist_ok=True)
-                handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
-                self._journals[key] = handle
-            handle.write(line + "\n")
-            handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
+        log = self._logs.get(key)
+        if log is None:
+            with self._lock:
+                log = self._logs.get(key)
+                if log is None:
+                    log = self._logs[key] = AppendLog(self.run_dir(run_id) / file)
+        log.append(line, durable=durable)
 
     def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None:
         self._append(run_id, "journal.jsonl", entry_to_json(entry), durable=durable)
@@ -253,7 +291,7 @@ class FilesystemBackend(Backend):
 
     def put_capability(self, run_id: str, grant: dict[str, Any]) -> None:
         self._capabilities[grant["hash"]] = (run_id, grant)
-        self._append(run_id, "capabilities.jsonl", json.dumps(grant), durable=False)
+        self._append(run_id, "capabilities.jsonl", grant_to_json(grant), durable=False)
 
     def find_capability(self, token_hash: str) -> tuple[str, dict[str, Any]] | None:
         found = self._capabilities.get(token_hash)
@@ -284,23 +322,56 @@ class FilesystemBackend(Backend):
         atomic_write(self.agent_dir(run_id, agent) / "memory.md", text, durable=True)
 
     def append_segment(self, run_id: str, agent: AgentRef, text: str) -> int:
+        """Write the agent's next segment. Numbers are claimed with an exclusive link, so two
+        writers (threads or processes) never take the same number or overwrite a segment."""
         directory = self.agent_dir(run_id, agent)
-        with self._lock:
-            number = self.next_segment(run_id, agent)
-            atomic_write(directory / segment_name(agent.name, number), text, durable=True)
+        directory.mkdir(parents=True, exist_ok=True)
+        temp = directory / f".segment.{uuid.uuid4().hex[:8]}.tmp"
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            with self._lock:
+                number = self.next_segment(run_id, agent)
+                while True:
+                    try:
+                        os.link(temp, directory / segment_name(agent.name, number))
+                        break
+                    except FileExistsError:
+                        number += 1
+                self._segment_next[directory] = number + 1
+        finally:
+            temp.unlink()
+        fsync_dir(directory)
         return number
+
+    def next_segment(self, run_id: str, agent: AgentRef) -> int:
+        directory = self.agent_dir(run_id, agent)
+        cached = self._segment_next.get(directory)
+        if cached is not None:
+            return cached
+        numbers = [int(n) for n in self._segment_numbers(directory, agent.name)]
+        return max(numbers, default=0) + 1
+
+    @staticmethod
+    def _segment_numbers(directory: Path, name: str) -> list[str]:
+        if not directory.is_dir():
+            return []
+        prefix, found = f"{name}-", []
+        for entry in os.scandir(directory):
+            stem = entry.name.removesuffix(".md")
+            if entry.name.endswith(".md") and stem.startswith(prefix):
+                number = stem[len(prefix):]
+                if number.isdigit():
+                    found.append(number)
+        return found
 
     def list_segments(self, run_id: str, agent: AgentRef) -> list[tuple[int, str]]:
         directory = self.agent_dir(run_id, agent)
-        if not directory.is_dir():
-            return []
-        found = []
-        prefix = f"{agent.name}-"
-        for path in directory.glob(f"{agent.name}-*.md"):
-            number = path.stem[len(prefix):]
-            if number.isdigit():
-                found.append((int(number), path.read_text(encoding="utf-8")))
-        return sorted(found)
+        return sorted((int(number), (directory / segment_name(agent.name, int(number)))
+                       .read_text(encoding="utf-8"))
+                      for number in self._segment_numbers(directory, agent.name))
 
     # ------------------------------------------------------------------ state.md
     def write_state(self, run_id: str, text: str, snapshot: StateSnapshot) -> None:
@@ -314,9 +385,9 @@ class FilesystemBackend(Backend):
 
     def close(self) -> None:
         with self._lock:
-            for handle in self._journals.values():
-                handle.close()
-            self._journals.clear()
+            for log in self._logs.values():
+                log.close()
+            self._logs.clear()
 
 
 def _fields(entry: JournalEntry) -> dict[str, Any]:

@@ -6,6 +6,7 @@ durable steps commit with a synchronous flush, the rest (intents, grants, frames
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -22,6 +23,7 @@ from openprose.state.backends.base import (
     RunRecord,
     entry_from_json,
     entry_to_json,
+    grant_to_json,
 )
 from openprose.state.backends.filesystem import FilesystemBackend, atomic_write
 from openprose.state.errors import BackendUnavailable, RunNotFound
@@ -107,10 +109,16 @@ class SqlBackend(Backend):
     def q(self, sql: str) -> str:
         return sql.replace("{p}", self.prefix)
 
+    @abstractmethod
     def fetch(self, run_id: str | None, sql: str, params: tuple[Any, ...] = (),
               scope: str = "run") -> list[tuple[Any, ...]]:
-        with self.tx(run_id, durable=False, scope=scope) as cur:
-            return list(cur.execute(self.q(sql), params).fetchall())
+        """Rows of one query, read outside any write transaction."""
+
+    def write(self, run_id: str | None, sql: str, params: tuple[Any, ...], *, durable: bool,
+              scope: str = "run") -> None:
+        """One statement as its own transaction."""
+        with self.tx(run_id, durable=durable, scope=scope) as cur:
+            cur.execute(self.q(sql), params)
 
     # ------------------------------------------------------------------ runs
     def run_location(self, run_id: str) -> str:
@@ -120,12 +128,12 @@ class SqlBackend(Backend):
         directory = self.files.run_dir(record.id)
         directory.mkdir(parents=True, exist_ok=True)
         atomic_write(directory / "program.prose", record.program_source)
-        with self.tx(record.id, durable=True) as cur:
-            cur.execute(self.q(
-                "INSERT INTO {p}run (id, program_path, program_source, started_at, updated_at,"
-                " status, state_mode, metadata, vm_token_hash) VALUES (?,?,?,?,?,?,?,?,?)"),
-                (record.id, record.program_path, record.program_source, record.started,
-                 record.updated, record.status, self.name, "{}", record.vm_token_hash))
+        self.write(record.id,
+                   "INSERT INTO {p}run (id, program_path, program_source, started_at, updated_at,"
+                   " status, state_mode, metadata, vm_token_hash) VALUES (?,?,?,?,?,?,?,?,?)",
+                   (record.id, record.program_path, record.program_source, record.started,
+                    record.updated, record.status, self.name, "{}", record.vm_token_hash),
+                   durable=True)
 
     def _record(self, row: tuple[Any, ...]) -> RunRecord:
         return RunRecord(row[0], row[1], row[2], row[5], row[3], row[4], row[6], row[7])
@@ -148,9 +156,8 @@ class SqlBackend(Backend):
     def update_run(self, run_id: str, *, status: str, error: str | None) -> None:
         from openprose.state.store import _now
 
-        with self.tx(run_id, durable=True) as cur:
-            cur.execute(self.q("UPDATE {p}run SET status = ?, error = ?, updated_at = ?"
-                               " WHERE id = ?"), (status, error, _now(), run_id))
+        self.write(run_id, "UPDATE {p}run SET status = ?, error = ?, updated_at = ? WHERE id = ?",
+                   (status, error, _now(), run_id), durable=True)
 
     # ------------------------------------------------------------------ bindings
     def binding_location(self, run_id: str, ref: BindingRef) -> str:
@@ -176,9 +183,8 @@ class SqlBackend(Backend):
         " attachment_path = excluded.attachment_path, updated_at = excluded.updated_at")
 
     def put_binding(self, run_id: str, binding: Binding, *, durable: bool) -> None:
-        row = self._binding_row(run_id, binding)
-        with self.tx(run_id, durable=durable) as cur:
-            cur.execute(self.q(self.UPSERT_BINDING), row)
+        self.write(run_id, self.UPSERT_BINDING, self._binding_row(run_id, binding),
+                   durable=durable)
 
     def _binding(self, run_id: str, row: tuple[Any, ...]) -> Binding:
         name, execution_id, kind, value, source, attachment = row
@@ -206,9 +212,8 @@ class SqlBackend(Backend):
     INSERT_JOURNAL = "INSERT INTO {p}journal (run_id, key, kind, body) VALUES (?,?,?,?)"
 
     def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None:
-        with self.tx(run_id, durable=durable) as cur:
-            cur.execute(self.q(self.INSERT_JOURNAL),
-                        (run_id, entry.key, entry.kind, entry_to_json(entry)))
+        self.write(run_id, self.INSERT_JOURNAL,
+                   (run_id, entry.key, entry.kind, entry_to_json(entry)), durable=durable)
 
     def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
                ended_grant: dict[str, Any] | None = None) -> None:
@@ -219,7 +224,7 @@ class SqlBackend(Backend):
                         (run_id, entry.key, entry.kind, entry_to_json(entry)))
             if ended_grant is not None:
                 cur.execute(self.q(self.UPSERT_CAPABILITY),
-                            (ended_grant["hash"], run_id, json.dumps(ended_grant)))
+                            (ended_grant["hash"], run_id, grant_to_json(ended_grant)))
 
     def read_journal(self, run_id: str) -> list[JournalEntry]:
         rows = self.fetch(run_id, "SELECT body FROM {p}journal WHERE run_id = ? ORDER BY seq",
@@ -228,13 +233,12 @@ class SqlBackend(Backend):
 
     # ------------------------------------------------------------------ frames, capabilities
     def put_frame(self, run_id: str, frame: Frame) -> None:
-        with self.tx(run_id, durable=False) as cur:
-            cur.execute(self.q(
-                "INSERT INTO {p}frames (run_id, execution_id, block, depth, parent, status, args)"
-                " VALUES (?,?,?,?,?,?,?) ON CONFLICT (run_id, execution_id) DO UPDATE SET"
-                " status = excluded.status"),
-                (run_id, frame.execution_id, frame.block, frame.depth, frame.parent,
-                 frame.status, json.dumps(frame.args)))
+        self.write(run_id,
+                   "INSERT INTO {p}frames (run_id, execution_id, block, depth, parent, status,"
+                   " args) VALUES (?,?,?,?,?,?,?) ON CONFLICT (run_id, execution_id) DO UPDATE"
+                   " SET status = excluded.status",
+                   (run_id, frame.execution_id, frame.block, frame.depth, frame.parent,
+                    frame.status, json.dumps(frame.args)), durable=False)
 
     def list_frames(self, run_id: str) -> list[Frame]:
         rows = self.fetch(run_id, "SELECT execution_id, block, depth, parent, status, args"
@@ -245,8 +249,8 @@ class SqlBackend(Backend):
                          " ON CONFLICT (hash) DO UPDATE SET body = excluded.body")
 
     def put_capability(self, run_id: str, grant: dict[str, Any]) -> None:
-        with self.tx(run_id, durable=False) as cur:
-            cur.execute(self.q(self.UPSERT_CAPABILITY), (grant["hash"], run_id, json.dumps(grant)))
+        self.write(run_id, self.UPSERT_CAPABILITY, (grant["hash"], run_id, grant_to_json(grant)),
+                   durable=False)
 
     def list_capabilities(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.fetch(run_id, "SELECT body FROM {p}capabilities WHERE run_id = ?",
@@ -287,20 +291,28 @@ class SqlBackend(Backend):
             self.files.write_memory(run_id, agent, text)
             return
         name, scope, owner, store = self._agent_key(run_id, agent)
-        with self.tx(owner or run_id, durable=True, scope=store) as cur:
-            cur.execute(self.q(
-                "INSERT INTO {p}agents (name, run_id, scope, memory) VALUES (?,?,?,?)"
-                " ON CONFLICT (name, scope, run_id) DO UPDATE SET memory = excluded.memory,"
-                " updated_at = excluded.updated_at"), (name, owner, scope, text))
+        self.write(owner or run_id,
+                   "INSERT INTO {p}agents (name, run_id, scope, memory) VALUES (?,?,?,?)"
+                   " ON CONFLICT (name, scope, run_id) DO UPDATE SET memory = excluded.memory,"
+                   " updated_at = excluded.updated_at", (name, owner, scope, text),
+                   durable=True, scope=store)
+
+    LAST_SEGMENT = ("SELECT COALESCE(MAX(segment_number), 0) FROM {p}agent_segments WHERE"
+                    " agent_name = ? AND scope = ? AND run_id = ?")
+
+    def next_segment(self, run_id: str, agent: AgentRef) -> int:
+        if agent.scope == "custom":
+            return self.files.next_segment(run_id, agent)
+        name, scope, owner, store = self._agent_key(run_id, agent)
+        rows = self.fetch(owner or run_id, self.LAST_SEGMENT, (name, scope, owner), scope=store)
+        return int(rows[0][0]) + 1
 
     def append_segment(self, run_id: str, agent: AgentRef, text: str) -> int:
         if agent.scope == "custom":
             return self.files.append_segment(run_id, agent, text)
         name, scope, owner, store = self._agent_key(run_id, agent)
         with self.tx(owner or run_id, durable=True, scope=store) as cur:
-            row = cur.execute(self.q(
-                "SELECT COALESCE(MAX(segment_number), 0) FROM {p}agent_segments WHERE"
-                " agent_name = ? AND scope = ? AND run_id = ?"), (name, scope, owner)).fetchone()
+            row = cur.execute(self.q(self.LAST_SEGMENT), (name, scope, owner)).fetchone()
             number = int(row[0]) + 1
             cur.execute(self.q(
                 "INSERT INTO {p}agent_segments (agent_name, run_id, scope, segment_number,"
@@ -351,6 +363,7 @@ class SqliteBackend(SqlBackend):
         self._local = threading.local()
         self._ready: set[Path] = set()
         self._ready_lock = threading.Lock()
+        self._all: list[tuple[Path, sqlite3.Connection]] = []
 
     def db_path(self, run_id: str | None, scope: str) -> Path:
         if scope == "project":
@@ -370,20 +383,30 @@ class SqliteBackend(SqlBackend):
             conn.execute("PRAGMA busy_timeout = 60000")
             with self._ready_lock:
                 if path not in self._ready:
+                    # Pages freed by rewrites (state_md) are returned to the file at close.
+                    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                     conn.execute("PRAGMA journal_mode = WAL")
                     for ddl in tables("", "INTEGER PRIMARY KEY AUTOINCREMENT", "TEXT",
                                       "strftime('%Y-%m-%dT%H:%M:%SZ','now')"):
                         conn.execute(ddl)
                     self._ready.add(path)
+                self._all.append((path, conn))
             cache[path] = conn
         return conn
 
-    @contextmanager
-    def tx(self, run_id: str | None, *, durable: bool, scope: str = "run") -> Iterator[Cursor]:
+    def _open(self, run_id: str | None, scope: str) -> sqlite3.Connection:
         path = self.db_path(run_id, scope)
         if scope == "run" and not path.exists() and not path.parent.is_dir():
             raise RunNotFound(f"no run {run_id} under {self.files.runs}")
-        conn = self._connection(path)
+        return self._connection(path)
+
+    def fetch(self, run_id: str | None, sql: str, params: tuple[Any, ...] = (),
+              scope: str = "run") -> list[tuple[Any, ...]]:
+        return self._open(run_id, scope).execute(self.q(sql), params).fetchall()
+
+    @contextmanager
+    def tx(self, run_id: str | None, *, durable: bool, scope: str = "run") -> Iterator[Cursor]:
+        conn = self._open(run_id, scope)
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -416,9 +439,20 @@ class SqliteBackend(SqlBackend):
         return None
 
     def close(self) -> None:
-        for conn in self._local.__dict__.get("conns", {}).values():
+        """Close every thread's connections; the last one to close folds the WAL back into
+        the database, so a finished run leaves only ``state.db``."""
+        with self._ready_lock:
+            connections, self._all = self._all, []
+            self._local = threading.local()
+        vacuumed: set[Path] = set()
+        for path, conn in connections:
+            if path not in vacuumed:
+                vacuumed.add(path)
+                conn.execute("PRAGMA busy_timeout = 0")
+                # If another process is writing, the freed pages are simply reused later.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.executescript("PRAGMA incremental_vacuum")
             conn.close()
-        self._local = threading.local()
 
 
 class PostgresBackend(SqlBackend):
@@ -440,7 +474,7 @@ class PostgresBackend(SqlBackend):
         self.schema = schema
         self.prefix = f'"{schema}".'
         self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=False,
-                                   kwargs={"autocommit": False})
+                                   kwargs={"autocommit": True})
         try:
             self.pool.open(wait=True, timeout=10)
         except Exception as err:
@@ -465,6 +499,34 @@ class PostgresBackend(SqlBackend):
             if not durable:
                 conn.execute("SET LOCAL synchronous_commit = off")
             yield conn  # type: ignore[misc]
+
+    def fetch(self, run_id: str | None, sql: str, params: tuple[Any, ...] = (),
+              scope: str = "run") -> list[tuple[Any, ...]]:
+        with self.pool.connection() as conn:
+            return conn.execute(self.q(sql), params).fetchall()
+
+    def write(self, run_id: str | None, sql: str, params: tuple[Any, ...], *, durable: bool,
+              scope: str = "run") -> None:
+        # One autocommit round trip. The server's synchronous_commit stays on, so a write
+        # that need not be durable costs the same flush a durable one does; that is cheaper
+        # than the extra round trips of turning it off per transaction.
+        with self.pool.connection() as conn:
+            conn.execute(self.q(sql), params)
+
+    def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
+               ended_grant: dict[str, Any] | None = None) -> None:
+        """Binding, result record and ended grant in one statement: one round trip and one
+        durable commit."""
+        journal = (run_id, entry.key, entry.kind, entry_to_json(entry))
+        if ended_grant is None:
+            sql = f"WITH b AS ({self.UPSERT_BINDING}) {self.INSERT_JOURNAL}"
+            params = (*self._binding_row(run_id, binding), *journal)
+        else:
+            sql = (f"WITH b AS ({self.UPSERT_BINDING}), j AS ({self.INSERT_JOURNAL})"
+                   f" {self.UPSERT_CAPABILITY}")
+            params = (*self._binding_row(run_id, binding), *journal, ended_grant["hash"],
+                      run_id, grant_to_json(ended_grant))
+        self.write(run_id, sql, params, durable=True)
 
     def list_runs(self) -> list[RunRecord]:
         rows = self.fetch(None, self.RUN_COLUMNS + " WHERE position('/imports/' in id) = 0"
