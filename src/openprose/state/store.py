@@ -351,6 +351,7 @@ class Run:
         wrote itself) and its result record, then end the token."""
         handle = self.store.session(token)
         ref = handle.binding
+        stored = value is None
         if value is None:
             staged = self.backend.get_binding(self.id, ref)
             if staged is None:
@@ -360,7 +361,7 @@ class Run:
                           self.backend.binding_location(self.id, ref))
         entry = JournalEntry(key, "result", input_hash, "completed", ref, value,
                              usage=usage or Usage(), meta=meta or {})
-        self.backend.commit(self.id, binding, entry, self._ended(token))
+        self.backend.commit(self.id, binding, entry, self._ended(token), stored=stored)
         self._index[ref] = handle.kind
         self._remember(entry)
         return binding

@@ -71,8 +71,9 @@ class Backend(ABC):
     def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None: ...
     @abstractmethod
     def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
-               ended_grant: dict[str, Any] | None = None) -> None:
-        """Binding, result record (and the session's ended grant) as one durable step."""
+               ended_grant: dict[str, Any] | None = None, *, stored: bool = False) -> None:
+        """Binding, result record (and the session's ended grant) as one durable step.
+        ``stored``: the session already wrote the binding exactly so; it is not rewritten."""
     @abstractmethod
     def read_journal(self, run_id: str) -> list[JournalEntry]: ...
 

@@ -257,11 +257,12 @@ class FilesystemBackend(Backend):
         self._append(run_id, "journal.jsonl", entry_to_json(entry), durable=durable)
 
     def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
-               ended_grant: dict[str, Any] | None = None) -> None:
+               ended_grant: dict[str, Any] | None = None, *, stored: bool = False) -> None:
         entry = JournalEntry(**{**_fields(entry),
                                 "meta": {**entry.meta, "kind": binding.kind,
                                          "source": binding.source}})
-        self.put_binding(run_id, binding, durable=False)
+        if not stored:
+            self.put_binding(run_id, binding, durable=False)
         self.append_journal(run_id, entry, durable=True)
         if ended_grant is not None:
             self.put_capability(run_id, ended_grant)

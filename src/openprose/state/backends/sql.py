@@ -216,10 +216,11 @@ class SqlBackend(Backend):
                    (run_id, entry.key, entry.kind, entry_to_json(entry)), durable=durable)
 
     def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
-               ended_grant: dict[str, Any] | None = None) -> None:
-        row = self._binding_row(run_id, binding)
+               ended_grant: dict[str, Any] | None = None, *, stored: bool = False) -> None:
+        row = None if stored else self._binding_row(run_id, binding)
         with self.tx(run_id, durable=True) as cur:
-            cur.execute(self.q(self.UPSERT_BINDING), row)
+            if row is not None:
+                cur.execute(self.q(self.UPSERT_BINDING), row)
             cur.execute(self.q(self.INSERT_JOURNAL),
                         (run_id, entry.key, entry.kind, entry_to_json(entry)))
             if ended_grant is not None:
@@ -364,6 +365,7 @@ class SqliteBackend(SqlBackend):
         self._ready: set[Path] = set()
         self._ready_lock = threading.Lock()
         self._all: list[tuple[Path, sqlite3.Connection]] = []
+        self._writers: dict[Path, threading.Lock] = {}
 
     def db_path(self, run_id: str | None, scope: str) -> Path:
         if scope == "project":
@@ -407,14 +409,24 @@ class SqliteBackend(SqlBackend):
     @contextmanager
     def tx(self, run_id: str | None, *, durable: bool, scope: str = "run") -> Iterator[Cursor]:
         conn = self._open(run_id, scope)
-        conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        # Writers in this process queue on a lock instead of SQLite's sleeping busy handler
+        # (fair and without sleeps); other processes still meet the busy timeout.
+        with self._writer(self.db_path(run_id, scope)):
+            conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _writer(self, path: Path) -> threading.Lock:
+        lock = self._writers.get(path)
+        if lock is None:
+            with self._ready_lock:
+                lock = self._writers.setdefault(path, threading.Lock())
+        return lock
 
     def list_runs(self) -> list[RunRecord]:
         if not self.files.runs.is_dir():
@@ -514,19 +526,18 @@ class PostgresBackend(SqlBackend):
             conn.execute(self.q(sql), params)
 
     def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
-               ended_grant: dict[str, Any] | None = None) -> None:
-        """Binding, result record and ended grant in one statement: one round trip and one
-        durable commit."""
-        journal = (run_id, entry.key, entry.kind, entry_to_json(entry))
-        if ended_grant is None:
-            sql = f"WITH b AS ({self.UPSERT_BINDING}) {self.INSERT_JOURNAL}"
-            params = (*self._binding_row(run_id, binding), *journal)
-        else:
-            sql = (f"WITH b AS ({self.UPSERT_BINDING}), j AS ({self.INSERT_JOURNAL})"
-                   f" {self.UPSERT_CAPABILITY}")
-            params = (*self._binding_row(run_id, binding), *journal, ended_grant["hash"],
-                      run_id, grant_to_json(ended_grant))
-        self.write(run_id, sql, params, durable=True)
+               ended_grant: dict[str, Any] | None = None, *, stored: bool = False) -> None:
+        """Binding, result record and ended grant as one statement (data-modifying CTEs):
+        one round trip and one durable commit."""
+        parts = [] if stored else [(self.UPSERT_BINDING, self._binding_row(run_id, binding))]
+        parts.append((self.INSERT_JOURNAL, (run_id, entry.key, entry.kind, entry_to_json(entry))))
+        if ended_grant is not None:
+            parts.append((self.UPSERT_CAPABILITY,
+                          (ended_grant["hash"], run_id, grant_to_json(ended_grant))))
+        *first, (last, _) = parts
+        ctes = ", ".join(f"s{i} AS ({sql})" for i, (sql, _) in enumerate(first))
+        params = tuple(value for _, values in parts for value in values)
+        self.write(run_id, f"WITH {ctes} {last}" if ctes else last, params, durable=True)
 
     def list_runs(self) -> list[RunRecord]:
         rows = self.fetch(None, self.RUN_COLUMNS + " WHERE position('/imports/' in id) = 0"
