@@ -43,6 +43,9 @@ class MemSession:
         self.journal.results[self.spec.key] = Recorded(self.spec.input_hash, text)
         return text
 
+    async def finish_batched(self, output: str | None, usage: Usage) -> str:
+        return self.finish(output, usage)
+
     def abort(self, error: str) -> None:
         self.journal.aborted.append((self.spec.key, error))
 

@@ -382,8 +382,8 @@ class Interpreter:
         finally:
             self.totals.in_flight -= 1
         if self.totals.in_flight:
-            # Committing waits for the disk; a worker thread keeps the other sessions moving.
-            output = await asyncio.to_thread(handle.finish, result.output, result.usage)
+            # Others are in flight: commit with them, off the event loop (group commit).
+            output = await handle.finish_batched(result.output, result.usage)
         else:
             output = handle.finish(result.output, result.usage)
         self.totals.sessions += 1

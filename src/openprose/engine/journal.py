@@ -48,6 +48,10 @@ class OpenSession(Protocol):
 
     def finish(self, output: str | None, usage: Usage) -> str: ...
 
+    async def finish_batched(self, output: str | None, usage: Usage) -> str:
+        """Like :meth:`finish`, committed together with other sessions finishing now."""
+        ...
+
     def abort(self, error: str) -> None: ...
 
 

@@ -8,6 +8,7 @@ and when the run ends (it is derived data; the journal is what resume trusts).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -69,13 +70,32 @@ class _OpenSession:
         return self.journal.location(name, execution_id)
 
     def finish(self, output: str | None, usage: Usage) -> str:
-        run = self.journal.run
+        """Commit now, on this thread (nothing else is in flight)."""
+        self._append_segment(output)
+        done = self._completion(output, usage)
+        binding = self.journal.run.complete_session(done.token, done.key,
+                                                    input_hash=done.input_hash,
+                                                    value=done.value, usage=done.usage)
+        return self._committed(binding)
+
+    async def finish_batched(self, output: str | None, usage: Usage) -> str:
+        """Commit together with the other sessions finishing around the same time."""
+        if self.spec.persist is not None:
+            await asyncio.to_thread(self._append_segment, output)
+        binding = await self.journal.committer.commit(self._completion(output, usage))
+        return self._committed(binding)
+
+    def _append_segment(self, output: str | None) -> None:
         if self.spec.persist is not None and self.io.handle.agent is not None:
             self.io.handle.append_segment(output if output is not None else "(written)")
-        binding = run.complete_session(
-            self.grant.token, self.spec.key, input_hash=self.spec.input_hash,
-            value=None if self.io.wrote and output is None else (output or ""),
-            usage=state.Usage(usage.input_tokens, usage.output_tokens, usage.cost_usd))
+
+    def _completion(self, output: str | None, usage: Usage) -> state.Completion:
+        return state.Completion(
+            self.grant.token, self.spec.key, self.spec.input_hash,
+            None if self.io.wrote and output is None else (output or ""),
+            state.Usage(usage.input_tokens, usage.output_tokens, usage.cost_usd))
+
+    def _committed(self, binding: state.Binding) -> str:
         if self.journal.on_commit is not None:
             self.journal.on_commit(self.spec.key)
         return binding.value
@@ -88,10 +108,53 @@ class _OpenSession:
         run.end_session(self.grant.token)
 
 
+class Committer:
+    """Group commit for sessions that finish while others are in flight: completions that
+    arrive while a commit is on disk wait for it, then go together in the next one (one
+    durable write for the whole batch, on a worker thread so the event loop keeps going)."""
+
+    def __init__(self, run: state.Run) -> None:
+        self.run = run
+        self.waiting: list[tuple[state.Completion, asyncio.Future[state.Binding]]] = []
+        self.writer: asyncio.Task[None] | None = None
+
+    async def commit(self, completion: state.Completion) -> state.Binding:
+        future: asyncio.Future[state.Binding] = asyncio.get_running_loop().create_future()
+        self.waiting.append((completion, future))
+        if self.writer is None:
+            self.writer = asyncio.create_task(self._write())
+        return await future
+
+    async def _write(self) -> None:
+        try:
+            while self.waiting:
+                batch, self.waiting = self.waiting, []
+                try:
+                    results = await asyncio.to_thread(self.run.complete_sessions,
+                                                      [done for done, _ in batch])
+                except Exception as err:  # the batch did not commit: every session learns why
+                    results = [err] * len(batch)
+                for (_, future), result in zip(batch, results, strict=True):
+                    if future.done():
+                        continue
+                    if isinstance(result, BaseException):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
+        finally:
+            self.writer = None
+
+    async def settle(self) -> None:
+        """Wait until nothing is being committed (before the run is finished and closed)."""
+        while self.writer is not None:
+            await asyncio.shield(self.writer)
+
+
 class StateJournal:
     def __init__(self, run: state.Run, on_commit: Callable[[str], None] | None = None,
                  render_interval: float = 0.5) -> None:
         self.run = run
+        self.committer = Committer(run)
         self.on_commit = on_commit
         self.render_interval = render_interval
         self.statuses: dict[int, state.StatementStatus] = {}

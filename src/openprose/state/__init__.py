@@ -30,6 +30,7 @@ from openprose.state.models import (
     AgentRef,
     Binding,
     BindingRef,
+    Completion,
     Frame,
     JournalEntry,
     RunInfo,
@@ -73,7 +74,7 @@ _postgres_url = postgres_url
 
 __all__ = [
     "BACKENDS", "ROOT", "AgentRef", "BackendUnavailable", "Binding", "BindingRef",
-    "CapabilityError", "Frame", "InvalidNameError", "JournalEntry", "NotFoundError",
+    "CapabilityError", "Completion", "Frame", "InvalidNameError", "JournalEntry", "NotFoundError",
     "PathEscapeError", "RecursionLimitExceeded", "Run", "RunInfo", "RunNotFound",
     "SessionGrant", "SessionHandle", "StateError", "StateSnapshot", "StateStore",
     "StatementStatus", "Usage", "open_store", "read_env_file",

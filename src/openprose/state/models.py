@@ -89,6 +89,19 @@ class JournalEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class Completion:
+    """A finished session to commit: its token, its stable statement key and its output
+    (``value``; None when the session wrote its binding itself)."""
+
+    token: str
+    key: str
+    input_hash: str = ""
+    value: str | None = None
+    usage: Usage | None = None
+    meta: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SessionGrant:
     """What the VM hands a session: its token and where things are."""
 

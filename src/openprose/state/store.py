@@ -18,13 +18,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from openprose.state.backends.base import Backend, RunRecord
-from openprose.state.errors import CapabilityError, NotFoundError, RecursionLimitExceeded
+from openprose.state.backends.base import Backend, CommitStep, RunRecord
+from openprose.state.errors import (
+    CapabilityError,
+    NotFoundError,
+    RecursionLimitExceeded,
+    StateError,
+)
 from openprose.state.models import (
     AGENT_SCOPES,
     AgentRef,
     Binding,
     BindingRef,
+    Completion,
     Frame,
     JournalEntry,
     RunInfo,
@@ -349,9 +355,44 @@ class Run:
                          meta: dict[str, Any] | None = None) -> Binding:
         """Finish a session in one durable step: its binding (``value``, or what the session
         wrote itself) and its result record, then end the token."""
-        handle = self.store.session(token)
+        result = self.complete_sessions([Completion(token, key, input_hash, value, usage,
+                                                    meta)])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def complete_sessions(self, completions: list[Completion]) -> list[Binding | StateError]:
+        """Finish many sessions with one durable write. Each result is the committed binding,
+        or the error that kept that session out of the batch (the others still commit)."""
+        results: list[Binding | StateError] = []
+        steps: list[CommitStep] = []
+        for done in completions:
+            try:
+                step = self._commit_step(done)
+            except StateError as err:
+                results.append(err)
+                continue
+            steps.append(step)
+            results.append(step.binding)
+        if steps:
+            try:
+                self.backend.commit(self.id, steps)
+            except BaseException:
+                for step in steps:  # not committed: the sessions are still in flight
+                    self._revive(step.ended_grant)
+                raise
+        for step in steps:
+            self._index[step.binding.ref] = step.binding.kind
+            self._remember(step.entry)
+        return results
+
+    def _commit_step(self, done: Completion) -> CommitStep:
+        handle = self.store.session(done.token)
+        if handle.run.id != self.id:
+            raise CapabilityError("a token dies when its session completes",
+                                  "no such session in this run")
         ref = handle.binding
-        stored = value is None
+        value = done.value
         if value is None:
             staged = self.backend.get_binding(self.id, ref)
             if staged is None:
@@ -359,12 +400,15 @@ class Run:
             value = staged.value
         binding = Binding(ref.name, ref.execution_id, handle.kind, handle.source, value,
                           self.backend.binding_location(self.id, ref))
-        entry = JournalEntry(key, "result", input_hash, "completed", ref, value,
-                             usage=usage or Usage(), meta=meta or {})
-        self.backend.commit(self.id, binding, entry, self._ended(token), stored=stored)
-        self._index[ref] = handle.kind
-        self._remember(entry)
-        return binding
+        entry = JournalEntry(done.key, "result", done.input_hash, "completed", ref, value,
+                             usage=done.usage or Usage(), meta=done.meta or {})
+        return CommitStep(binding, entry, self._ended(done.token), stored=done.value is None)
+
+    def _revive(self, grant: dict[str, Any]) -> None:
+        grant = dict(grant, alive=True)
+        with self._lock:
+            self._live[BindingRef(grant["name"], grant["execution_id"])] = grant["hash"]
+        self.store.remember_grant(self.id, grant)
 
     # ------------------------------------------------------------------ journal
     def record_intent(self, key: str, input_hash: str, meta: dict[str, Any] | None = None) -> None:

@@ -22,6 +22,17 @@ LARGE_VALUE = 100 * 1024  # SQL backends move larger values to attachments/
 
 
 @dataclass(frozen=True, slots=True)
+class CommitStep:
+    """One finished session to commit. ``stored``: the session already wrote the binding
+    exactly so, and it is not written again."""
+
+    binding: Binding
+    entry: JournalEntry
+    ended_grant: dict[str, Any]
+    stored: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class RunRecord:
     id: str
     program_path: str | None
@@ -70,10 +81,8 @@ class Backend(ABC):
     @abstractmethod
     def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None: ...
     @abstractmethod
-    def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
-               ended_grant: dict[str, Any] | None = None, *, stored: bool = False) -> None:
-        """Binding, result record (and the session's ended grant) as one durable step.
-        ``stored``: the session already wrote the binding exactly so; it is not rewritten."""
+    def commit(self, run_id: str, steps: list[CommitStep]) -> None:
+        """Finished sessions (binding, result record, ended grant) as one durable step."""
     @abstractmethod
     def read_journal(self, run_id: str) -> list[JournalEntry]: ...
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from openprose.state.backends.base import (
     Backend,
+    CommitStep,
     RunRecord,
     entry_from_json,
     entry_to_json,
@@ -256,16 +257,18 @@ class FilesystemBackend(Backend):
     def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None:
         self._append(run_id, "journal.jsonl", entry_to_json(entry), durable=durable)
 
-    def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
-               ended_grant: dict[str, Any] | None = None, *, stored: bool = False) -> None:
-        entry = JournalEntry(**{**_fields(entry),
-                                "meta": {**entry.meta, "kind": binding.kind,
-                                         "source": binding.source}})
-        if not stored:
-            self.put_binding(run_id, binding, durable=False)
-        self.append_journal(run_id, entry, durable=True)
-        if ended_grant is not None:
-            self.put_capability(run_id, ended_grant)
+    def commit(self, run_id: str, steps: list[CommitStep]) -> None:
+        """Binding files first, then the result records with one fsync for the batch (the
+        records carry the values, so :meth:`repair` can redo a binding file)."""
+        lines = []
+        for step in steps:
+            if not step.stored:
+                self.put_binding(run_id, step.binding, durable=False)
+            meta = {**step.entry.meta, "kind": step.binding.kind, "source": step.binding.source}
+            lines.append(entry_to_json(JournalEntry(**{**_fields(step.entry), "meta": meta})))
+        self._append(run_id, "journal.jsonl", "\n".join(lines), durable=True)
+        for step in steps:
+            self.put_capability(run_id, step.ended_grant)
 
     def read_journal(self, run_id: str) -> list[JournalEntry]:
         return [entry_from_json(line) for line in self._lines(run_id, "journal.jsonl")]

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from openprose.state.backends.base import (
     LARGE_VALUE,
     Backend,
+    CommitStep,
     RunRecord,
     entry_from_json,
     entry_to_json,
@@ -41,6 +42,7 @@ from openprose.state.names import check_name
 
 class Cursor(Protocol):
     def execute(self, sql: str, params: tuple[Any, ...] = ...) -> Any: ...
+    def cursor(self) -> Any: ...
 
 
 def tables(p: str, serial: str, json_type: str, now: str) -> list[str]:
@@ -215,17 +217,21 @@ class SqlBackend(Backend):
         self.write(run_id, self.INSERT_JOURNAL,
                    (run_id, entry.key, entry.kind, entry_to_json(entry)), durable=durable)
 
-    def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
-               ended_grant: dict[str, Any] | None = None, *, stored: bool = False) -> None:
-        row = None if stored else self._binding_row(run_id, binding)
-        with self.tx(run_id, durable=True) as cur:
-            if row is not None:
-                cur.execute(self.q(self.UPSERT_BINDING), row)
-            cur.execute(self.q(self.INSERT_JOURNAL),
-                        (run_id, entry.key, entry.kind, entry_to_json(entry)))
-            if ended_grant is not None:
-                cur.execute(self.q(self.UPSERT_CAPABILITY),
-                            (ended_grant["hash"], run_id, grant_to_json(ended_grant)))
+    def commit(self, run_id: str, steps: list[CommitStep]) -> None:
+        bindings, journal, grants = self._commit_rows(run_id, steps)
+        with self.tx(run_id, durable=True) as conn:
+            cur = conn.cursor()
+            if bindings:
+                cur.executemany(self.q(self.UPSERT_BINDING), bindings)
+            cur.executemany(self.q(self.INSERT_JOURNAL), journal)
+            cur.executemany(self.q(self.UPSERT_CAPABILITY), grants)
+
+    def _commit_rows(self, run_id: str, steps: list[CommitStep]
+                     ) -> tuple[list[tuple[Any, ...]], ...]:
+        bindings = [self._binding_row(run_id, s.binding) for s in steps if not s.stored]
+        journal = [(run_id, s.entry.key, s.entry.kind, entry_to_json(s.entry)) for s in steps]
+        grants = [(s.ended_grant["hash"], run_id, grant_to_json(s.ended_grant)) for s in steps]
+        return bindings, journal, grants
 
     def read_journal(self, run_id: str) -> list[JournalEntry]:
         rows = self.fetch(run_id, "SELECT body FROM {p}journal WHERE run_id = ? ORDER BY seq",
@@ -525,15 +531,16 @@ class PostgresBackend(SqlBackend):
         with self.pool.connection() as conn:
             conn.execute(self.q(sql), params)
 
-    def commit(self, run_id: str, binding: Binding, entry: JournalEntry,
-               ended_grant: dict[str, Any] | None = None, *, stored: bool = False) -> None:
-        """Binding, result record and ended grant as one statement (data-modifying CTEs):
-        one round trip and one durable commit."""
-        parts = [] if stored else [(self.UPSERT_BINDING, self._binding_row(run_id, binding))]
-        parts.append((self.INSERT_JOURNAL, (run_id, entry.key, entry.kind, entry_to_json(entry))))
-        if ended_grant is not None:
-            parts.append((self.UPSERT_CAPABILITY,
-                          (ended_grant["hash"], run_id, grant_to_json(ended_grant))))
+    def commit(self, run_id: str, steps: list[CommitStep]) -> None:
+        """One session: binding, result record and ended grant as one statement
+        (data-modifying CTEs), so one round trip and one durable commit. A batch: one
+        transaction, its statements pipelined."""
+        if len(steps) > 1:
+            super().commit(run_id, steps)
+            return
+        bindings, journal, grants = self._commit_rows(run_id, steps)
+        parts = [(self.UPSERT_BINDING, row) for row in bindings]
+        parts += [(self.INSERT_JOURNAL, journal[0]), (self.UPSERT_CAPABILITY, grants[0])]
         *first, (last, _) = parts
         ctes = ", ".join(f"s{i} AS ({sql})" for i, (sql, _) in enumerate(first))
         params = tuple(value for _, values in parts for value in values)
