@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from tests.engine.memjournal import MemJournal
 
-from openprose.engine.anthropic_provider import AnthropicProvider, model_aliases
+from openprose.engine.anthropic_provider import AnthropicProvider, model_aliases, model_prices
 from openprose.engine.errors import ProviderUnavailable
 from openprose.engine.interpreter import Interpreter, Options
 from openprose.language import compile_or_raise
+
+PROSE = str(Path(sys.executable).with_name("prose"))
 
 
 def _message(content, stop_reason):
@@ -151,3 +157,35 @@ def test_no_api_key_says_how_to_proceed(monkeypatch):
 def test_model_aliases_come_from_configuration():
     models = model_aliases({"OPENPROSE_MODEL_OPUS": "claude-custom"})
     assert models["opus"] == "claude-custom" and models["haiku"] == "claude-haiku-5-5"
+
+
+def test_prices_from_configuration_give_each_run_its_cost(server, tmp_path, monkeypatch):
+    """End to end through `prose run`: the key, base URL and price come from .prose/.env."""
+    srv = server([(200, {}, _message([{"type": "text", "text": "hello"}], "end_turn"))])
+    (tmp_path / ".prose").mkdir()
+    (tmp_path / ".prose" / ".env").write_text(
+        f"ANTHROPIC_API_KEY=k-from-env-file\nANTHROPIC_BASE_URL={srv.url}\n"
+        "OPENPROSE_PRICE_SONNET=3,15\n")
+    (tmp_path / "p.prose").write_text('output s = session "Go"\n')
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    done = subprocess.run([PROSE, "run", "p.prose", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["outputs"] == {"s": "hello"}
+    assert result["cost_usd"] == pytest.approx((11 * 3 + 7 * 15) / 1e6)
+    assert "k-from-env-file" in srv.requests[0]["key"]
+
+
+def test_a_malformed_price_is_named():
+    with pytest.raises(ProviderUnavailable, match="OPENPROSE_PRICE_OPUS"):
+        model_prices({"OPENPROSE_PRICE_OPUS": "cheap"})
+
+
+def test_cache_tokens_are_priced_at_their_own_rates():
+    usage = SimpleNamespace(input_tokens=1000, output_tokens=100,
+                            cache_creation_input_tokens=2000, cache_read_input_tokens=10000)
+    price = model_prices({"OPENPROSE_PRICE_CLAUDE_X_1": "2,10"})["claude-x-1"]
+    assert price.cost(usage) == pytest.approx((1000 + 2000 * 1.25 + 10000 * 0.1) * 2 / 1e6
+                                              + 100 * 10 / 1e6)

@@ -36,7 +36,9 @@ def _parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
     return inputs
 
 
-def _provider(name: str, script: str | None) -> Any:
+def _provider(name: str, script: str | None, project: str) -> Any:
+    """The provider; the Anthropic one reads its settings from the environment and
+    ``.prose/.env`` (the file wins, as it does for the state backend's settings)."""
     from openprose.engine.errors import ProviderUnavailable
 
     try:
@@ -47,9 +49,12 @@ def _provider(name: str, script: str | None) -> Any:
                 raise click.UsageError("--provider scripted needs --script FILE (YAML or JSON; "
                                        "see examples/hello.script.yaml)")
             return ScriptedProvider.from_file(script)
-        from openprose.engine.anthropic_provider import AnthropicProvider
+        import os
 
-        return AnthropicProvider()
+        from openprose.engine.anthropic_provider import AnthropicProvider
+        from openprose.state import read_env_file
+
+        return AnthropicProvider(env={**os.environ, **read_env_file(Path(project))})
     except ProviderUnavailable as err:
         raise click.UsageError(str(err)) from err
 
@@ -110,7 +115,7 @@ def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str 
                      inputs=values, project_root=Path(project), backend=backend or "filesystem",
                      max_concurrency=max_concurrency,
                      ask=_asker(as_json))
-    _execute(job, _provider(provider, script), as_json)
+    _execute(job, _provider(provider, script, project), as_json)
 
 
 @click.command("resume")
@@ -136,7 +141,7 @@ def resume_command(run_id: str, inputs: tuple[str, ...], program_file: str | Non
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
     job.inputs.update(_parse_inputs(inputs))
-    _execute(job, _provider(provider, script), as_json)
+    _execute(job, _provider(provider, script, project), as_json)
 
 
 def _asker(as_json: bool) -> Any:
@@ -180,8 +185,9 @@ def _execute(job: Any, provider: Any, as_json: bool) -> None:
 
 
 def _print_outcome(outcome: Any) -> None:
+    cost = f", ${outcome.cost_usd:.4f}" if outcome.cost_usd else ""
     click.echo(f"run {outcome.run_id}: {outcome.status} ({outcome.sessions} sessions, "
-               f"{outcome.reused} reused, {outcome.tokens} tokens)", err=True)
+               f"{outcome.reused} reused, {outcome.tokens} tokens{cost})", err=True)
     for warning in outcome.warnings:
         click.echo(f"warning: {warning}", err=True)
     if outcome.error:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
@@ -71,6 +72,43 @@ def model_aliases(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return models
 
 
+# What cached input costs relative to plain input (Anthropic's prompt-caching pricing).
+CACHE_WRITE_FACTOR = 1.25
+CACHE_READ_FACTOR = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """US dollars per million tokens."""
+
+    input: float
+    output: float
+
+    def cost(self, u: Any) -> float:
+        written = getattr(u, "cache_creation_input_tokens", 0) or 0
+        read = getattr(u, "cache_read_input_tokens", 0) or 0
+        tokens_in = u.input_tokens + written * CACHE_WRITE_FACTOR + read * CACHE_READ_FACTOR
+        return (tokens_in * self.input + u.output_tokens * self.output) / 1e6
+
+
+def model_prices(env: Mapping[str, str] | None = None) -> dict[str, Price]:
+    """Prices from ``OPENPROSE_PRICE_<ALIAS or MODEL>=INPUT,OUTPUT`` (USD per million tokens;
+    in a model id write ``_`` for ``-``). Without a price a session's cost is recorded as 0."""
+    env = os.environ if env is None else env
+    prices: dict[str, Price] = {}
+    for key, value in env.items():
+        if not key.startswith("OPENPROSE_PRICE_") or not value:
+            continue
+        name = key.removeprefix("OPENPROSE_PRICE_").lower().replace("_", "-")
+        try:
+            tokens_in, tokens_out = (float(part) for part in value.split(","))
+        except ValueError:
+            raise ProviderUnavailable(f"{key}={value!r}: expected INPUT,OUTPUT in USD per "
+                                      f"million tokens, e.g. 3,15") from None
+        prices[name] = Price(tokens_in, tokens_out)
+    return prices
+
+
 class AnthropicProvider(Provider):
     name = "anthropic"
     reads_context = True
@@ -86,16 +124,21 @@ class AnthropicProvider(Provider):
         max_turns: int = 24,
         max_retries: int = 5,
         sleep: Sleep = real_sleep,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        """``env``: settings (API key, base URL, model aliases, prices); default the
+        process environment."""
+        env = os.environ if env is None else env
+        api_key = api_key or env.get("ANTHROPIC_API_KEY")
         if not api_key:
             raise ProviderUnavailable(
                 "no Anthropic API key: set ANTHROPIC_API_KEY (in the environment or in "
                 ".prose/.env), or run without a model: --provider scripted --script FILE, "
                 "or --dry-run for a plan and cost estimate")
-        self.client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url,
-                                               max_retries=0)
-        self.models = dict(models) if models is not None else model_aliases()
+        self.client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url or env.get("ANTHROPIC_BASE_URL"), max_retries=0)
+        self.models = dict(models) if models is not None else model_aliases(env)
+        self.prices = model_prices(env)
         self.default_model = default_model
         self.max_tokens = max_tokens
         self.max_turns = max_turns
@@ -105,6 +148,15 @@ class AnthropicProvider(Provider):
     def model_id(self, alias: str | None) -> str:
         alias = alias or self.default_model
         return self.models.get(alias, alias)
+
+    def usage(self, alias: str | None, response: Any) -> Usage:
+        """Tokens of one response and, when the model has a price, what they cost."""
+        u = response.usage
+        alias = alias or self.default_model
+        price = self.prices.get(alias) or self.prices.get(self.model_id(alias))
+        return Usage(u.input_tokens + (getattr(u, "cache_read_input_tokens", 0) or 0)
+                     + (getattr(u, "cache_creation_input_tokens", 0) or 0),
+                     u.output_tokens, price.cost(u) if price else 0.0)
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -124,7 +176,7 @@ class AnthropicProvider(Provider):
             response = await self._create(model=self.model_id(request.model), system=system,
                                           tools=tools, messages=messages,
                                           max_tokens=self.max_tokens)
-            usage += _usage(response)
+            usage += self.usage(request.model, response)
             if response.stop_reason != "tool_use":
                 text = "".join(b.text for b in response.content if b.type == "text").strip()
                 if wrote:
@@ -173,7 +225,8 @@ class AnthropicProvider(Provider):
                 if request.options and value not in request.options:
                     raise ProviderError(f"verdict {value!r} is not an option")
                 return Verdict(value if request.options else bool(value),
-                               str(block.input.get("reason", "")), _usage(response))
+                               str(block.input.get("reason", "")),
+                               self.usage(None, response))
         raise ProviderError("the model returned no verdict")
 
     # ----------------------------------------------------------------------- transport
@@ -205,12 +258,6 @@ def _retry_after(headers: Mapping[str, str], attempt: int) -> float:
             continue
         return max(0.0, min(seconds, 120.0))
     return min(30.0, 2.0**attempt)
-
-
-def _usage(response: Any) -> Usage:
-    u = response.usage
-    return Usage(u.input_tokens + (getattr(u, "cache_read_input_tokens", 0) or 0),
-                 u.output_tokens)
 
 
 def _run_tool(name: str, args: Any, io: SessionIO, allowed: set[str]) -> tuple[str, bool]:

@@ -56,6 +56,7 @@ class Outcome:
     sessions: int = 0
     reused: int = 0
     tokens: int = 0
+    cost_usd: float = 0.0
     error: str | None = None
     usage_error: bool = False
     warnings: list[str] = field(default_factory=list)
@@ -71,6 +72,7 @@ class Outcome:
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "status": self.status, "outputs": self.outputs,
                 "sessions": self.sessions, "reused": self.reused, "tokens": self.tokens,
+                "cost_usd": round(self.cost_usd, 6),
                 "error": self.error, "warnings": self.warnings}
 
 
@@ -156,6 +158,7 @@ async def execute(job: Job, provider: Provider, listener: Listener | None = None
     totals = interpreter.totals
     outcome.sessions, outcome.reused = totals.sessions, totals.reused
     outcome.tokens = totals.usage.input_tokens + totals.usage.output_tokens
+    outcome.cost_usd = totals.usage.cost_usd
     journal.finish(outcome.status, outcome.error)
     store.close()
     return outcome
