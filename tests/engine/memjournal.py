@@ -52,6 +52,7 @@ class MemSession:
 
 @dataclass
 class MemJournal:
+    writes_wait = False
     bindings: dict = field(default_factory=dict)
     results: dict = field(default_factory=dict)
     verdicts: dict = field(default_factory=dict)

@@ -28,7 +28,7 @@ from openprose.engine.errors import (
 )
 from openprose.engine.events import Event, Listener
 from openprose.engine.imports import Imported
-from openprose.engine.journal import Journal, SessionSpec
+from openprose.engine.journal import Journal, OpenSession, SessionSpec
 from openprose.engine.parallel import join
 from openprose.engine.provider import (
     ContextItem,
@@ -352,7 +352,7 @@ class Interpreter:
         spec = SessionSpec(ctx.path, digest, name, kind, ctx.execution_id, self.source_of(node),
                            node.span.line, refs, node.agent if persist else None, persist,
                            tuple(items))
-        handle = self.journal.open_session(spec)
+        handle = await self.open_session(spec)
         memory = handle.io.read_memory() if node.resume else None
         policy = RetryPolicy(merged.retries, merged.backoff, self.options.retry_base_delay)
         self.totals.in_flight += 1
@@ -391,6 +391,18 @@ class Interpreter:
         tokens = result.usage.input_tokens + result.usage.output_tokens
         self.emit("session_end", ctx.path, node, tokens=tokens)
         return output
+
+    async def open_session(self, spec: SessionSpec) -> OpenSession:
+        """Record the intent and grant the capability; off the event loop while other
+        sessions are in flight, so their progress never waits on this write."""
+        if not self.totals.in_flight or not self.journal.writes_wait:
+            return self.journal.open_session(spec)
+        opening = asyncio.ensure_future(asyncio.to_thread(self.journal.open_session, spec))
+        try:
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            opening.add_done_callback(_abort_when_opened)
+            raise
 
     def context(self, node: n.Node | None, ctx: Ctx
                 ) -> tuple[list[ContextItem], tuple[tuple[str, int | None], ...]]:
@@ -748,3 +760,9 @@ def _discretion_string(node: n.Discretion) -> n.String:
         pos = end + 1
     parts.append(text[pos:])
     return n.String(tuple(parts), span=node.span)
+
+
+def _abort_when_opened(opening: asyncio.Future[OpenSession]) -> None:
+    """A session granted after its statement was cancelled ends at once."""
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().abort("cancelled")

@@ -56,6 +56,8 @@ class OpenSession(Protocol):
 
 
 class Journal(Protocol):
+    writes_wait: bool  # opening a session may block: do it off the event loop
+
     def session_result(self, key: str) -> Recorded | None: ...
 
     def open_session(self, spec: SessionSpec) -> OpenSession: ...

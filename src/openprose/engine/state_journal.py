@@ -155,6 +155,7 @@ class StateJournal:
                  render_interval: float = 0.5) -> None:
         self.run = run
         self.committer = Committer(run)
+        self.writes_wait = run.store.writes_wait
         self.on_commit = on_commit
         self.render_interval = render_interval
         self.statuses: dict[int, state.StatementStatus] = {}

@@ -18,10 +18,10 @@ def export_run(source: StateStore, run_id: str, target: StateStore) -> list[str]
     else:
         raise StateError(f"run {run_id} already exists in the {dst.name} store")
     dst.create_run(record)
+    for entry in src.read_journal(run_id):  # before the bindings: a binding the VM rewrote
+        dst.append_journal(run_id, entry, durable=False)  # after its result stays rewritten
     for binding in src.list_bindings(run_id):
         dst.put_binding(run_id, binding, durable=False)
-    for entry in src.read_journal(run_id):
-        dst.append_journal(run_id, entry, durable=False)
     for frame in src.list_frames(run_id):
         dst.put_frame(run_id, frame)
     for grant in src.list_capabilities(run_id):

@@ -64,10 +64,15 @@ def new_run_id(now: datetime | None = None) -> str:
     return f"{now:%Y%m%d-%H%M%S}-{suffix}"
 
 
-def contained_path(raw: str, roots: list[Path], base: Path) -> Path:
-    """Resolve a custom persist path; it must stay inside one of ``roots``."""
+def contained_path(raw: str, roots: list[Path], base: Path, *,
+                   home: Path | None = None) -> Path:
+    """Resolve a custom persist path; it must stay inside one of ``roots``. A leading ``~``
+    is ``home`` when given (the store's home, which tests and callers may override)."""
     _reject_unsafe_path(raw)
-    candidate = Path(raw).expanduser()
+    if home is not None and (raw == "~" or raw.startswith("~/")):
+        candidate = home / raw[2:]
+    else:
+        candidate = Path(raw).expanduser()
     if not candidate.is_absolute():
         candidate = base / candidate
     resolved = candidate.resolve()

@@ -65,6 +65,14 @@ def render_state(run: Run, snapshot: StateSnapshot) -> str:
     for ref, kind in run.binding_index():
         scope = str(ref.execution_id) if ref.execution_id else "(root)"
         parts.append(f"| {ref.name} | {kind} | {run.binding_location(ref)} | {scope} |")
+    agents = run.agents()
+    if agents:
+        parts += ["", "### Agents", "", "| Name | Scope | Path |", "| --- | --- | --- |"]
+        for agent in agents:
+            where = run.backend.memory_location(run.id, agent)
+            if where.endswith("/memory.md"):  # a directory of files: show the directory
+                where = where.removesuffix("memory.md")
+            parts.append(f"| {agent.name} | {agent.scope} | {where} |")
     stack = [f for f in run.frames() if f.status != "completed"]
     if stack:
         parts += ["", "## Call Stack", "", "| execution_id | block | depth | status |",

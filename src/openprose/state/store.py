@@ -21,6 +21,7 @@ from typing import Any
 from openprose.state.backends.base import Backend, CommitStep, RunRecord
 from openprose.state.errors import (
     CapabilityError,
+    InvalidNameError,
     NotFoundError,
     RecursionLimitExceeded,
     StateError,
@@ -57,6 +58,14 @@ def _new_token(kind: str) -> str:
     return f"{kind}_{secrets.token_urlsafe(24)}"
 
 
+def _check_ref(ref: BindingRef, what: str = "name") -> None:
+    """A binding's name and execution id both become part of its path or key."""
+    check_name(ref.name, what)
+    eid = ref.execution_id
+    if eid is not None and (type(eid) is not int or eid < 0):
+        raise InvalidNameError(f"execution id {eid!r} of '{ref.name}' is not an integer >= 0")
+
+
 class StateStore:
     """A project's state on one backend. Create or open runs; resolve session tokens."""
 
@@ -72,9 +81,24 @@ class StateStore:
     def kind(self) -> str:
         return self.backend.name
 
+    @property
+    def writes_wait(self) -> bool:
+        """Whether small writes (intents, grants) may wait on other writers or the network;
+        a caller with other work in flight should then make them off its event loop."""
+        return self.backend.writes_wait
+
     def create_run(self, program_source: str, program_path: str | None = None, *,
                    run_id: str | None = None) -> Run:
-        run_id = check_run_id(run_id) if run_id else new_run_id()
+        if run_id:
+            check_run_id(run_id)
+            try:
+                self.backend.load_run(run_id)
+            except NotFoundError:
+                pass
+            else:
+                raise StateError(f"run {run_id} already exists in the {self.kind} store")
+        else:
+            run_id = new_run_id()
         token = _new_token("vm")
         now = _now()
         record = RunRecord(run_id, program_path, program_source, "running", now, now,
@@ -161,6 +185,7 @@ class Run:
         self._next_eid = 1
         self._next_anon = 1
         self._usage = Usage()
+        self._agents: dict[AgentRef, None] = {}
         self._load()
 
     # ------------------------------------------------------------------ loading
@@ -176,6 +201,8 @@ class Run:
             if binding.name.startswith(ANON_PREFIX) and binding.name[5:].isdigit():
                 self._next_anon = max(self._next_anon, int(binding.name[5:]) + 1)
         for grant in self.backend.list_capabilities(self.id):
+            if grant.get("agent"):
+                self._agents[AgentRef(*grant["agent"])] = None
             if grant.get("alive"):
                 self._live[BindingRef(grant["name"], grant["execution_id"])] = grant["hash"]
 
@@ -266,7 +293,7 @@ class Run:
         return self.backend.get_binding(self.id, BindingRef(name))
 
     def read_binding(self, ref: BindingRef) -> Binding:
-        check_name(ref.name)
+        _check_ref(ref)
         found = self.backend.get_binding(self.id, ref)
         if found is None:
             where = f" in execution {ref.execution_id}" if ref.execution_id else ""
@@ -283,7 +310,7 @@ class Run:
         return sorted(items, key=lambda item: (item[0].name, item[0].eid))
 
     def binding_location(self, ref: BindingRef) -> str:
-        check_name(ref.name)
+        _check_ref(ref)
         return self.backend.binding_location(self.id, ref)
 
     def next_anonymous(self) -> str:
@@ -296,7 +323,7 @@ class Run:
     def write_binding(self, ref: BindingRef, value: str, kind: str, source: str, *,
                       durable: bool = False) -> Binding:
         """The VM writes a value that no session produces (inputs, literals, copies)."""
-        check_name(ref.name)
+        _check_ref(ref)
         if ref in self._live:
             raise CapabilityError("a session's binding is written by that session",
                                   f"binding '{ref.name}' belongs to a session in flight")
@@ -310,10 +337,10 @@ class Run:
                       context: list[BindingRef] | None = None,
                       agent: AgentRef | None = None) -> SessionGrant:
         """Issue a session capability for exactly one binding (and the agent's memory)."""
-        check_name(ref.name)
+        _check_ref(ref)
         context = list(context or [])
         for item in context:
-            check_name(item.name, "context name")
+            _check_ref(item, "context name")
         if agent is not None:
             self._check_agent(agent)
         token = _new_token("ses")
@@ -325,6 +352,8 @@ class Run:
         }
         with self._lock:
             self._live[ref] = grant["hash"]
+            if agent is not None:
+                self._agents[agent] = None
         self.backend.put_capability(self.id, grant)
         self.store.remember_grant(self.id, grant)
         return SessionGrant(
@@ -340,14 +369,21 @@ class Run:
         self.backend.put_capability(self.id, grant)
 
     def _ended(self, token: str) -> dict[str, Any]:
-        found = self.store.grant(_hash(token))
+        token_hash = _hash(token)
+        found = self.store.grant(token_hash)
         if found is None or found[0] != self.id:
             raise CapabilityError("a token dies when its session completes",
                                   "no such session in this run")
-        grant = dict(found[1], alive=False)
+        with self.store._lock:  # a token ends once, even when two threads try
+            current = self.store.grant(token_hash) or found
+            if not current[1].get("alive", False):
+                raise CapabilityError("a token dies when its session completes",
+                                      f"the session for binding '{current[1]['name']}' has "
+                                      "already ended")
+            grant = dict(current[1], alive=False)
+            self.store.remember_grant(self.id, grant)
         with self._lock:
             self._live.pop(BindingRef(grant["name"], grant["execution_id"]), None)
-        self.store.remember_grant(self.id, grant)
         return grant
 
     def complete_session(self, token: str, key: str, *, input_hash: str = "",
@@ -449,7 +485,13 @@ class Run:
         if agent.scope == "custom":
             contained_path(agent.path or "", [self.store.project_root,
                                               self.store.home / ".prose"],
-                           self.store.project_root)
+                           self.store.project_root, home=self.store.home)
+
+    def agents(self) -> list[AgentRef]:
+        """The persistent agents this run's sessions were granted, for state.md's index."""
+        with self._lock:
+            agents = list(self._agents)
+        return sorted(agents, key=lambda a: (a.name, a.scope, a.path or ""))
 
     def has_memory(self, agent: AgentRef) -> bool:
         self._check_agent(agent)

@@ -46,6 +46,9 @@ class RunRecord:
 
 class Backend(ABC):
     name: str
+    #: Whether a small write can wait on other writers or the network (SQL backends), as
+    #: opposed to a local append that returns at once (filesystem).
+    writes_wait: bool = True
 
     # runs
     @abstractmethod
@@ -132,8 +135,9 @@ def segment_name(agent: str, number: int) -> str:
 def entry_to_json(entry: JournalEntry) -> str:
     """Compact JSON for a journal record: fields at their defaults are left out."""
     data: dict[str, Any] = {"key": entry.key, "kind": entry.kind}
-    for name in ("input_hash", "status", "value", "reason", "error"):
-        if getattr(entry, name) not in ("", None):
+    for name, default in (("input_hash", ""), ("status", ""), ("value", None),
+                          ("reason", ""), ("error", None)):
+        if getattr(entry, name) != default:  # an empty value "" is kept: it is not None
             data[name] = getattr(entry, name)
     if entry.meta:
         data["meta"] = entry.meta

@@ -37,6 +37,16 @@ from openprose.state.models import (
 from openprose.state.names import check_name, contained_path
 
 SEPARATOR = "\n```\n\n---\n\n"
+# A journal line noting that a binding file was rewritten outside a session's result (by the
+# VM, or by a session before it finished): repair leaves such a file alone.
+WRITE_NOTE = '{"kind":"write",'
+LOGS = ("journal.jsonl", "frames.jsonl", "capabilities.jsonl")
+
+
+def read_exact(path: Path) -> str:
+    """A file's text exactly as written (no newline translation: values keep their \\r)."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        return handle.read()
 
 
 def atomic_write(path: Path, text: str, *, durable: bool = False) -> None:
@@ -44,7 +54,7 @@ def atomic_write(path: Path, text: str, *, durable: bool = False) -> None:
     ``durable``. Readers never see a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(temp, "w", encoding="utf-8") as handle:
+    with open(temp, "w", encoding="utf-8", newline="") as handle:
         handle.write(text)
         if durable:
             handle.flush()
@@ -112,7 +122,7 @@ def parse_binding(text: str, location: str) -> Binding:
         if line.startswith("kind: "):
             kind = line[6:].strip()
         elif line.startswith("execution_id: "):
-            execution_id = int(line[14:])
+            execution_id = int(line[14:]) if line[14:].strip().isdigit() else None
         elif line.startswith("```prose"):
             source_at = i + 1
             break
@@ -121,6 +131,7 @@ def parse_binding(text: str, location: str) -> Binding:
 
 class FilesystemBackend(Backend):
     name = "filesystem"
+    writes_wait = False
 
     def __init__(self, project_root: Path, home: Path) -> None:
         self.root = project_root
@@ -164,7 +175,8 @@ class FilesystemBackend(Backend):
             return self.prose / "agents" / agent.name
         if agent.scope == "user":
             return self.home / ".prose" / "agents" / agent.name
-        return contained_path(agent.path or "", [self.root, self.home / ".prose"], self.root)
+        return contained_path(agent.path or "", [self.root, self.home / ".prose"], self.root,
+                              home=self.home)
 
     def memory_location(self, run_id: str, agent: AgentRef) -> str:
         return self._relative(self.agent_dir(run_id, agent) / "memory.md")
@@ -212,26 +224,69 @@ class FilesystemBackend(Backend):
         atomic_write(self.run_dir(run_id) / "run.json", json.dumps(data, indent=2), durable=True)
 
     def repair(self, run_id: str) -> None:
-        for entry in self.read_journal(run_id):
-            if entry.kind != "result" or entry.binding is None or entry.value is None:
+        """After a crash: end torn log lines, and make every binding file agree with the last
+        journal record about it. A file last written by a session's result is rewritten from
+        the result if it is missing, torn or different; a file rewritten since (a write
+        note) is kept unless it is missing or torn."""
+        self._end_torn_lines(run_id)
+        results: dict[BindingRef, JournalEntry] = {}
+        rewritten: set[BindingRef] = set()
+        for line in self._lines(run_id, "journal.jsonl"):
+            if line.startswith(WRITE_NOTE):
+                rewritten.add(BindingRef(*json.loads(line)["binding"]))
                 continue
-            current = self.get_binding(run_id, entry.binding)
-            if current is None or current.value != entry.value:
-                kind = current.kind if current else entry.meta.get("kind", "let")
-                source = current.source if current else entry.meta.get("source", "")
-                binding = Binding(entry.binding.name, entry.binding.execution_id, kind, source,
-                                  str(entry.value))
-                self.put_binding(run_id, binding, durable=False)
+            entry = entry_from_json(line)
+            if entry.kind == "result" and entry.binding is not None and entry.value is not None:
+                results[entry.binding] = entry
+                rewritten.discard(entry.binding)
+        for ref, entry in results.items():
+            current = self._intact_binding(run_id, ref)
+            value = str(entry.value)
+            if current is not None and (ref in rewritten or current.value == value):
+                continue
+            kind = entry.meta.get("kind") or (current.kind if current else "let")
+            source = entry.meta.get("source", current.source if current else "")
+            atomic_write(self.binding_path(run_id, ref),
+                         format_binding(Binding(ref.name, ref.execution_id, kind, source, value)))
+
+    def _intact_binding(self, run_id: str, ref: BindingRef) -> Binding | None:
+        """The binding file if it is there and whole (it reads back to exactly its text)."""
+        try:
+            text = read_exact(self.binding_path(run_id, ref))
+        except FileNotFoundError:
+            return None
+        binding = parse_binding(text, "")
+        if (binding.name, binding.execution_id) != (ref.name, ref.execution_id) or \
+                format_binding(binding) != text:
+            return None
+        return binding
+
+    def _end_torn_lines(self, run_id: str) -> None:
+        """A crash can cut a log's last line short; end it, so the next record appended
+        starts on a line of its own (the torn fragment is then skipped as non-JSON)."""
+        for file in LOGS:
+            path = self.run_dir(run_id) / file
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(-1, os.SEEK_END)
+                    torn = handle.read(1) != b"\n"
+            except (FileNotFoundError, OSError):  # missing or empty
+                continue
+            if torn:
+                with open(path, "ab") as handle:
+                    handle.write(b"\n")
 
     # ------------------------------------------------------------------ bindings
     def put_binding(self, run_id: str, binding: Binding, *, durable: bool) -> None:
         atomic_write(self.binding_path(run_id, binding.ref), format_binding(binding),
                      durable=durable)
+        ref = json.dumps([binding.name, binding.execution_id])
+        self._append(run_id, "journal.jsonl", f'{WRITE_NOTE}"binding":{ref}}}', durable=False)
 
     def get_binding(self, run_id: str, ref: BindingRef) -> Binding | None:
         path = self.binding_path(run_id, ref)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_exact(path)
         except FileNotFoundError:
             return None
         return parse_binding(text, self._relative(path))
@@ -240,7 +295,7 @@ class FilesystemBackend(Backend):
         directory = self.run_dir(run_id) / "bindings"
         if not directory.is_dir():
             return []
-        return [parse_binding(p.read_text(encoding="utf-8"), self._relative(p))
+        return [parse_binding(read_exact(p), self._relative(p))
                 for p in sorted(directory.glob("*.md"))]
 
     # ------------------------------------------------------------------ journal
@@ -262,8 +317,9 @@ class FilesystemBackend(Backend):
         records carry the values, so :meth:`repair` can redo a binding file)."""
         lines = []
         for step in steps:
-            if not step.stored:
-                self.put_binding(run_id, step.binding, durable=False)
+            if not step.stored:  # the result record below stands for this write
+                atomic_write(self.binding_path(run_id, step.binding.ref),
+                             format_binding(step.binding))
             meta = {**step.entry.meta, "kind": step.binding.kind, "source": step.binding.source}
             lines.append(entry_to_json(JournalEntry(**{**_fields(step.entry), "meta": meta})))
         self._append(run_id, "journal.jsonl", "\n".join(lines), durable=True)
@@ -271,7 +327,8 @@ class FilesystemBackend(Backend):
             self.put_capability(run_id, step.ended_grant)
 
     def read_journal(self, run_id: str) -> list[JournalEntry]:
-        return [entry_from_json(line) for line in self._lines(run_id, "journal.jsonl")]
+        return [entry_from_json(line) for line in self._lines(run_id, "journal.jsonl")
+                if not line.startswith(WRITE_NOTE)]
 
     def _lines(self, run_id: str, file: str) -> list[str]:
         try:
@@ -318,7 +375,7 @@ class FilesystemBackend(Backend):
     # ------------------------------------------------------------------ agents
     def read_memory(self, run_id: str, agent: AgentRef) -> str | None:
         try:
-            return (self.agent_dir(run_id, agent) / "memory.md").read_text(encoding="utf-8")
+            return read_exact(self.agent_dir(run_id, agent) / "memory.md")
         except FileNotFoundError:
             return None
 
@@ -373,8 +430,8 @@ class FilesystemBackend(Backend):
 
     def list_segments(self, run_id: str, agent: AgentRef) -> list[tuple[int, str]]:
         directory = self.agent_dir(run_id, agent)
-        return sorted((int(number), (directory / segment_name(agent.name, int(number)))
-                       .read_text(encoding="utf-8"))
+        return sorted((int(number), read_exact(directory / segment_name(agent.name,
+                                                                        int(number))))
                       for number in self._segment_numbers(directory, agent.name))
 
     # ------------------------------------------------------------------ state.md
@@ -383,7 +440,7 @@ class FilesystemBackend(Backend):
 
     def read_state(self, run_id: str) -> str:
         try:
-            return (self.run_dir(run_id) / "state.md").read_text(encoding="utf-8")
+            return read_exact(self.run_dir(run_id) / "state.md")
         except FileNotFoundError:
             return ""
 

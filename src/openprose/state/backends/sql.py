@@ -26,7 +26,7 @@ from openprose.state.backends.base import (
     entry_to_json,
     grant_to_json,
 )
-from openprose.state.backends.filesystem import FilesystemBackend, atomic_write
+from openprose.state.backends.filesystem import FilesystemBackend, atomic_write, read_exact
 from openprose.state.errors import BackendUnavailable, RunNotFound
 from openprose.state.models import (
     ROOT,
@@ -191,7 +191,7 @@ class SqlBackend(Backend):
     def _binding(self, run_id: str, row: tuple[Any, ...]) -> Binding:
         name, execution_id, kind, value, source, attachment = row
         if attachment:
-            value = (self.files.run_dir(run_id) / attachment).read_text(encoding="utf-8")
+            value = read_exact(self.files.run_dir(run_id) / attachment)
         ref = BindingRef(name, execution_id or None)
         return Binding(name, execution_id or None, kind, source or "", value or "",
                        self.binding_location(run_id, ref))
@@ -306,6 +306,8 @@ class SqlBackend(Backend):
 
     LAST_SEGMENT = ("SELECT COALESCE(MAX(segment_number), 0) FROM {p}agent_segments WHERE"
                     " agent_name = ? AND scope = ? AND run_id = ?")
+    # Serializes appends to one agent's segments where the transaction alone does not.
+    SEGMENT_LOCK: str | None = None
 
     def next_segment(self, run_id: str, agent: AgentRef) -> int:
         if agent.scope == "custom":
@@ -319,6 +321,8 @@ class SqlBackend(Backend):
             return self.files.append_segment(run_id, agent, text)
         name, scope, owner, store = self._agent_key(run_id, agent)
         with self.tx(owner or run_id, durable=True, scope=store) as cur:
+            if self.SEGMENT_LOCK:
+                cur.execute(self.q(self.SEGMENT_LOCK), (f"{self.prefix}{scope}/{owner}/{name}",))
             row = cur.execute(self.q(self.LAST_SEGMENT), (name, scope, owner)).fetchone()
             number = int(row[0]) + 1
             cur.execute(self.q(
@@ -439,7 +443,10 @@ class SqliteBackend(SqlBackend):
             return []
         found = []
         for path in sorted(self.files.runs.glob("*/state.db")):
-            found.append(self.load_run(path.parent.name))
+            # A database without its run row (left by opening a run of another backend)
+            # is not a run.
+            with contextlib.suppress(RunNotFound):
+                found.append(self.load_run(path.parent.name))
         return found
 
     def list_children(self, run_id: str) -> list[str]:
@@ -479,6 +486,8 @@ class PostgresBackend(SqlBackend):
     never touched."""
 
     name = "postgres"
+    # Under READ COMMITTED two appends would read the same MAX(segment_number).
+    SEGMENT_LOCK = "SELECT pg_advisory_xact_lock(hashtext(?))"
 
     def __init__(self, project_root: Path, home: Path, url: str, schema: str = "openprose",
                  max_connections: int = 16) -> None:

@@ -1,0 +1,63 @@
+"""Group commit: many finished sessions in one durable write, on every backend."""
+
+from __future__ import annotations
+
+from openprose.state import (
+    BindingRef,
+    CapabilityError,
+    Completion,
+    NotFoundError,
+    StateStore,
+    Usage,
+)
+
+
+def _grants(store: StateStore, count: int):
+    run = store.create_run('let x = session "x"\n', "main.prose")
+    grants = [run.grant_session(BindingRef(f"b{i}"), "let", f'let b{i} = session "x"')
+              for i in range(count)]
+    return run, grants
+
+
+def test_a_batch_commits_every_session(stores) -> None:
+    store = stores.open()
+    run, grants = _grants(store, 20)
+    store.session(grants[3].token).write_output("written by the session itself")
+    done = [Completion(g.token, f"k{i}", f"h{i}", None if i == 3 else f"value {i}",
+                       Usage(input_tokens=i, output_tokens=1))
+            for i, g in enumerate(grants)]
+
+    results = run.complete_sessions(done)
+
+    assert [r.value for r in results] == [
+        "written by the session itself" if i == 3 else f"value {i}" for i in range(20)]
+    assert run.usage_totals().sessions == 20
+    assert run.usage_totals().input_tokens == sum(range(20))
+    reopened = stores.open().open_run(run.id)
+    for i in range(20):
+        assert reopened.journal(f"k{i}").status == "completed"
+        expected = "written by the session itself" if i == 3 else f"value {i}"
+        assert reopened.read_binding(BindingRef(f"b{i}")).value == expected
+
+
+def test_one_bad_completion_does_not_keep_the_others_out(stores) -> None:
+    store = stores.open()
+    run, grants = _grants(store, 3)
+    run.complete_session(grants[1].token, "early", value="first")
+
+    results = run.complete_sessions([
+        Completion(grants[0].token, "k0", value="zero"),
+        Completion(grants[1].token, "k1", value="again"),   # its token already ended
+        Completion(grants[2].token, "k2"),                  # never wrote its binding
+    ])
+
+    assert results[0].value == "zero"
+    assert isinstance(results[1], CapabilityError)
+    assert "completes" in str(results[1])
+    assert isinstance(results[2], NotFoundError)
+    assert run.read_binding(BindingRef("b1")).value == "first"
+    assert run.journal("k1") is None
+    assert run.journal("k0").status == "completed"
+    # The session that failed to write may still write and finish.
+    store.session(grants[2].token).write_output("late")
+    assert run.complete_session(grants[2].token, "k2").value == "late"
