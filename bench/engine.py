@@ -5,7 +5,8 @@
 Prints, per backend: the per-statement overhead of N sequential sessions on a zero-latency
 scripted provider with the default durability (each session's binding and result record
 durable before the next statement), the same at N/10 statements (the cost must not grow with
-program length), and the size of the state the N-session run leaves with 100-byte outputs.
+program length), the marginal cost of one more statement (fixed start-up left out), and the
+size of the state the N-session run leaves with 100-byte outputs.
 Then, per backend, the wall time of a ``parallel for`` over 1,000 items at 100 ms latency and
 concurrency 100, as a ratio to the ideal 1.0 s. PostgreSQL runs when OPENPROSE_POSTGRES_URL (or
 OPENPROSE_TEST_POSTGRES_URL) is set.
@@ -89,12 +90,15 @@ def main() -> None:
         os.environ["OPENPROSE_POSTGRES_URL"] = os.environ["OPENPROSE_TEST_POSTGRES_URL"]
     n, small = args.sessions, max(1, args.sessions // 10)
     print(f"{'backend':<11} {'ms/stmt @' + str(n):>13} {'ms/stmt @' + str(small):>13} "
-          f"{'state size':>12}")
+          f"{'marginal':>10} {'state size':>12}")
     for backend in backends:
         per_big, size = sequential(backend, n)
         per_small, _ = sequential(backend, small)
+        # What one more statement costs, without the run's fixed start and finish.
+        marginal = (per_big * n - per_small * small) / (n - small) if n > small else per_big
         shown = f"{size / 1e6:.2f} MB" if size >= 0 else "(in db)"
-        print(f"{backend:<11} {per_big * 1e3:>13.3f} {per_small * 1e3:>13.3f} {shown:>12}")
+        print(f"{backend:<11} {per_big * 1e3:>13.3f} {per_small * 1e3:>13.3f} "
+              f"{marginal * 1e3:>10.3f} {shown:>12}")
     print("parallel for: 1,000 items × 100 ms at concurrency 100, wall time / ideal 1.0 s")
     for backend in backends:
         print(f"{backend:<11} {fan_out(backend):>6.3f}×")
