@@ -183,6 +183,14 @@ def test_bad_import_handles_and_slugs_are_refused(tmp_path, run):
     assert not imports.exists() or list(imports.iterdir()) == []
 
 
+def test_handle_and_slug_cannot_be_split_two_ways(run):
+    """`a--b` + `c` and `a` + `b--c` would share the folder a--b--c."""
+    child = run.child("a", "b--c", "output x = 1\n")
+    assert child.id.endswith("/imports/a--b--c")
+    with pytest.raises(InvalidNameError, match="'--'"):
+        run.child("a--b", "c", "output x = 1\n")
+
+
 def test_good_import_handles_and_slugs(run):
     for handle, slug, folder in [("@alice", "deep-research", "alice--deep-research"),
                                  ("bob_2", "v1.2", "bob_2--v1.2")]:

@@ -523,6 +523,8 @@ class Run:
               program_path: str | None = None) -> Run:
         """The nested run of an imported program: imports/{handle}--{slug}/ (same layout)."""
         check_slug(handle.lstrip("@"))
+        if "--" in handle:  # the folder is {handle}--{slug}: the first "--" must split it
+            raise InvalidNameError(f"import handle {handle!r} must not contain '--'")
         check_slug(slug, "import slug")
         child_id = f"{self.id}/imports/{handle.lstrip('@')}--{slug}"
         try:
