@@ -99,5 +99,8 @@ class MemJournal:
     def child(self, handle, program_text):
         return self
 
+    def record_imports(self, imports):
+        self.imports = dict(imports)
+
     def finish(self, status, error):
         self.status = (status, error)

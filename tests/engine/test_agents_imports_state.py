@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 
 from openprose.engine import runner
@@ -72,3 +73,25 @@ def test_imported_program_runs_in_nested_state(tmp_path):
         assert run.read_binding(BindingRef("f")).value == "found AI"
     nested = tmp_path / ".prose" / "runs" / outcome.run_id / "imports" / "local--research"
     assert (nested / "bindings" / "findings.md").exists()
+
+
+def test_imports_are_registered_in_the_run_and_in_nested_runs(tmp_path):
+    (tmp_path / "inner.prose").write_text('output x = session "inner"\n')
+    research = ('use "./inner.prose" as inner\ninput topic: "what to study"\n'
+                'let i = inner()\noutput findings = session "Find {topic}"\n'
+                'output also = i.x\n')
+    (tmp_path / "research.prose").write_text(research)
+    main = 'use "./research.prose" as research\nlet r = research(topic: "AI")\n'
+    outcome = _run(tmp_path, main)
+    assert outcome.status == "completed", outcome.error
+    with open_store(tmp_path) as store:
+        run = store.open_run(outcome.run_id)
+        [registered] = run.imports()
+        assert registered.alias == "research"
+        assert registered.source_url == str(tmp_path / "research.prose")
+        assert registered.content_hash == "sha256:" + hashlib.sha256(
+            research.encode()).hexdigest()
+        assert registered.inputs == {"topic": "what to study"}
+        assert registered.outputs == ("findings", "also")
+        [nested] = run.child("local", "research", "").imports()
+        assert (nested.alias, nested.outputs) == ("inner", ("x",))

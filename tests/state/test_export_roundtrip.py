@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from openprose.state import AgentRef, BindingRef, Usage, open_store
+from openprose.state import AgentRef, BindingRef, ImportRecord, Usage, open_store
 from openprose.state.export import export_run
 
 PROSE = str(Path(sys.executable).with_name("prose"))
@@ -46,6 +46,8 @@ def populate(root: Path) -> str:
     run.record_verdict("1:cond", "h2", True, "because")
     frame = run.push_frame("process", {"chunk": "c"})
     run.write_binding(BindingRef("part", frame.execution_id), "scoped", "let", "let part = 1")
+    run.record_import(ImportRecord("research", "https://example.com/alice/research.prose",
+                                   "sha256:abc", {"topic": "what to study"}, ("findings",)))
     child = run.child("alice", "research", 'output findings = session "f"\n')
     child.write_binding(BindingRef("findings"), "child output", "output", "output findings")
     run.finish("completed")
@@ -70,6 +72,7 @@ def snapshot(root: Path, backend: str, run_id: str, **kw: str) -> dict[str, obje
             "usage": run.usage_totals(),
             "verdict": (run.verdict("1:cond").value, run.verdict("1:cond").reason),
             "frames": [(f.execution_id, f.block, f.depth) for f in run.frames()],
+            "imports": run.imports(),
         }
 
 
@@ -79,6 +82,10 @@ def test_round_trip_through_every_backend_keeps_everything(tmp_path: Path,
     original = snapshot(tmp_path, "filesystem", run_id)
     assert original["segments"] == [(1, "first segment"), (2, "second segment")]
     assert original["usage"] == Usage(7, 11, 0.5, 1)
+    [registered] = original["imports"]
+    assert (registered.alias, registered.inputs, registered.outputs) == (
+        "research", {"topic": "what to study"}, ("findings",))
+    assert registered.fetched_at  # stamped when recorded
 
     pg = {"postgres_url": URL, "schema": pg_schema}
     fs = open_store(tmp_path, "filesystem", home=tmp_path / "home")

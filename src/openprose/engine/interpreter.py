@@ -133,6 +133,8 @@ class Interpreter:
 
     async def run(self) -> dict[str, Value]:
         """Run the program; return its outputs (``output`` bindings by name)."""
+        if self.imports:
+            self.journal.record_imports(self.imports)
         if self.options.ask is None:  # inputs ahead of the first step must exist up front
             for decl in self.program.body:
                 if not isinstance(decl, n.Input | n.Use | n.ImportSkill | n.AgentDef

@@ -7,10 +7,13 @@ the state layer directly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from openprose.engine.provider import ContextItem, SessionIO, Usage
 from openprose.engine.values import Value
+
+if TYPE_CHECKING:
+    from openprose.engine.imports import Imported
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,5 +85,8 @@ class Journal(Protocol):
     def note(self, key: str, status: str, source: str, line: int) -> None: ...
 
     def child(self, handle: str, program_text: str) -> Journal: ...
+
+    def record_imports(self, imports: dict[str, Imported]) -> None:
+        """Register the programs this run imports (alias, source, hash, inputs, outputs)."""
 
     def finish(self, status: str, error: str | None) -> None: ...

@@ -9,11 +9,13 @@ and when the run ends (it is derived data; the journal is what resume trusts).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Callable
 
 from openprose import state
 from openprose.engine.events import Event
+from openprose.engine.imports import Imported
 from openprose.engine.journal import Recorded, SessionSpec
 from openprose.engine.provider import ContextItem, Usage
 from openprose.engine.values import Value, to_text
@@ -217,6 +219,15 @@ class StateJournal:
 
     def note(self, key: str, status: str, source: str, line: int) -> None:
         self.run.record_result(key, status=status)
+
+    def record_imports(self, imports: dict[str, Imported]) -> None:
+        for alias, imported in imports.items():
+            program = imported.program
+            self.run.record_import(state.ImportRecord(
+                alias, imported.file,
+                "sha256:" + hashlib.sha256(imported.source.encode()).hexdigest(),
+                {decl.name: decl.prompt.text for decl in program.inputs},
+                tuple(s.name for s in program.body if isinstance(s, n.Output) and s.name)))
 
     def child(self, handle: str, program_text: str) -> StateJournal:
         owner, _, slug = handle.partition("--")

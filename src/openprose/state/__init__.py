@@ -32,6 +32,7 @@ from openprose.state.models import (
     BindingRef,
     Completion,
     Frame,
+    ImportRecord,
     JournalEntry,
     RunInfo,
     SessionGrant,
@@ -74,7 +75,7 @@ _postgres_url = postgres_url
 
 __all__ = [
     "BACKENDS", "ROOT", "AgentRef", "BackendUnavailable", "Binding", "BindingRef",
-    "CapabilityError", "Completion", "Frame", "InvalidNameError", "JournalEntry", "NotFoundError",
+    "CapabilityError", "Completion", "Frame", "ImportRecord", "InvalidNameError", "JournalEntry", "NotFoundError",
     "PathEscapeError", "RecursionLimitExceeded", "Run", "RunInfo", "RunNotFound",
     "SessionGrant", "SessionHandle", "StateError", "StateSnapshot", "StateStore",
     "StatementStatus", "Usage", "open_store", "read_env_file",

@@ -26,6 +26,8 @@ def export_run(source: StateStore, run_id: str, target: StateStore) -> list[str]
         dst.put_frame(run_id, frame)
     for grant in src.list_capabilities(run_id):
         dst.put_capability(run_id, grant)
+    for registered in src.list_imports(run_id):
+        dst.put_import(run_id, registered)
     for name in src.list_agents(run_id):
         agent = AgentRef(name, "execution")
         memory = src.read_memory(run_id, agent)

@@ -132,6 +132,18 @@ class StateSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class ImportRecord:
+    """A program a run imports with ``use``: where it came from and what it takes and gives."""
+
+    alias: str
+    source_url: str
+    content_hash: str
+    inputs: dict[str, str] = field(default_factory=dict)  # name -> description
+    outputs: tuple[str, ...] = ()
+    fetched_at: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class RunInfo:
     id: str
     status: str

@@ -33,6 +33,7 @@ from openprose.state.models import (
     BindingRef,
     Completion,
     Frame,
+    ImportRecord,
     JournalEntry,
     RunInfo,
     SessionGrant,
@@ -518,6 +519,16 @@ class Run:
         if status not in ("completed", "failed", "interrupted"):
             raise ValueError(f"unknown run status {status!r}")
         self.backend.update_run(self.id, status=status, error=error)
+
+    def record_import(self, record: ImportRecord) -> None:
+        """Register a program this run imports (the VM does, when the run starts)."""
+        check_name(record.alias, "import alias")
+        if not record.fetched_at:
+            record = replace(record, fetched_at=_now())
+        self.backend.put_import(self.id, record)
+
+    def imports(self) -> list[ImportRecord]:
+        return self.backend.list_imports(self.id)
 
     def child(self, handle: str, slug: str, program_source: str,
               program_path: str | None = None) -> Run:

@@ -13,6 +13,7 @@ from openprose.state.models import (
     Binding,
     BindingRef,
     Frame,
+    ImportRecord,
     JournalEntry,
     StateSnapshot,
     Usage,
@@ -67,6 +68,10 @@ class Backend(ABC):
     @abstractmethod
     def list_agents(self, run_id: str) -> list[str]:
         """Names of the execution-scoped agents with memory or segments in this run."""
+    @abstractmethod
+    def put_import(self, run_id: str, record: ImportRecord) -> None: ...
+    @abstractmethod
+    def list_imports(self, run_id: str) -> list[ImportRecord]: ...
     def repair(self, run_id: str) -> None:  # noqa: B027 - optional hook
         """Bring derived data back in line with the durable journal after a crash."""
 

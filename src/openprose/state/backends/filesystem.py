@@ -31,6 +31,7 @@ from openprose.state.models import (
     Binding,
     BindingRef,
     Frame,
+    ImportRecord,
     JournalEntry,
     StateSnapshot,
 )
@@ -275,6 +276,21 @@ class FilesystemBackend(Backend):
             if torn:
                 with open(path, "ab") as handle:
                     handle.write(b"\n")
+
+    # ------------------------------------------------------------------ imports
+    def put_import(self, run_id: str, record: ImportRecord) -> None:
+        """The run's import registry, ``imports.json``: one entry per alias."""
+        registry = {r.alias: r for r in self.list_imports(run_id)}
+        registry[record.alias] = record
+        atomic_write(self.run_dir(run_id) / "imports.json",
+                     json.dumps([asdict(r) for r in registry.values()], indent=2))
+
+    def list_imports(self, run_id: str) -> list[ImportRecord]:
+        try:
+            raw = json.loads(read_exact(self.run_dir(run_id) / "imports.json"))
+        except FileNotFoundError:
+            return []
+        return [ImportRecord(**{**r, "outputs": tuple(r["outputs"])}) for r in raw]
 
     # ------------------------------------------------------------------ bindings
     def put_binding(self, run_id: str, binding: Binding, *, durable: bool) -> None:

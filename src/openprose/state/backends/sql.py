@@ -34,6 +34,7 @@ from openprose.state.models import (
     Binding,
     BindingRef,
     Frame,
+    ImportRecord,
     JournalEntry,
     StateSnapshot,
 )
@@ -210,6 +211,26 @@ class SqlBackend(Backend):
                           " WHERE run_id = ? ORDER BY name, execution_id", (run_id,))
         return [self._binding(run_id, row) for row in rows]
 
+    # ------------------------------------------------------------------ imports
+    def put_import(self, run_id: str, record: ImportRecord) -> None:
+        self.write(run_id,
+                   "INSERT INTO {p}imports (alias, run_id, source_url, fetched_at, inputs_schema,"
+                   " outputs_schema, content_hash) VALUES (?,?,?,?,?,?,?) ON CONFLICT (alias,"
+                   " run_id) DO UPDATE SET source_url = excluded.source_url, fetched_at ="
+                   " excluded.fetched_at, inputs_schema = excluded.inputs_schema,"
+                   " outputs_schema = excluded.outputs_schema,"
+                   " content_hash = excluded.content_hash",
+                   (record.alias, run_id, record.source_url, record.fetched_at or None,
+                    json.dumps(record.inputs), json.dumps(list(record.outputs)),
+                    record.content_hash), durable=False)
+
+    def list_imports(self, run_id: str) -> list[ImportRecord]:
+        rows = self.fetch(run_id, "SELECT alias, source_url, content_hash, inputs_schema,"
+                          " outputs_schema, fetched_at FROM {p}imports WHERE run_id = ?"
+                          " ORDER BY alias", (run_id,))
+        return [ImportRecord(r[0], r[1], r[2] or "", _json(r[3]) or {},
+                             tuple(_json(r[4]) or ()), r[5] or "") for r in rows]
+
     # ------------------------------------------------------------------ journal
     INSERT_JOURNAL = "INSERT INTO {p}journal (run_id, key, kind, body) VALUES (?,?,?,?)"
 
@@ -355,6 +376,11 @@ class SqlBackend(Backend):
     def read_state(self, run_id: str) -> str:
         rows = self.fetch(run_id, "SELECT state_md FROM {p}run WHERE id = ?", (run_id,))
         return (rows[0][0] or "") if rows else ""
+
+
+def _json(value: Any) -> Any:
+    """A JSON column: text in SQLite, already decoded in PostgreSQL."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _execution_status(status: str) -> str:
