@@ -211,3 +211,22 @@ def test_a_run_cannot_end_another_runs_token(store, setup, program):
     store.session(grant.token).write_output("still mine")
     run.complete_session(grant.token, "0:research")
     assert run.read_binding(BindingRef("research")).value == "still mine"
+
+
+def test_a_token_ended_by_the_vm_is_dead_in_every_other_store_too(stores, program):
+    """A session served by another store (another process) learns that its token ended,
+    even when that store saw the token alive first."""
+    vm_store, session_store = stores.open(), stores.open()
+    run = vm_store.create_run(program)
+    grant = run.grant_session(BindingRef("research"), "let", "let research = session",
+                              context=[BindingRef("topic")])
+    run.write_binding(BindingRef("topic"), "tides", "input", "input topic")
+    handle = session_store.session(grant.token)
+    handle.write_output("draft")  # alive: allowed
+
+    run.complete_session(grant.token, "k", value="final")
+
+    refused(DIES_WITH_SESSION, lambda: handle.write_output("overwrite after the end"))
+    refused(DIES_WITH_SESSION, lambda: handle.read_context("topic"))
+    refused(DIES_WITH_SESSION, lambda: session_store.session(grant.token))
+    assert run.read_binding(BindingRef("research")).value == "final"

@@ -148,13 +148,16 @@ class StateStore:
         run = self.open_run(run_id)
         return SessionHandle(run, token, grant)
 
-    def grant(self, token_hash: str) -> tuple[str, dict[str, Any]] | None:
-        """The grant behind a token hash: this process's cache first, then storage."""
+    def grant(self, token_hash: str, *, fresh: bool = False) -> tuple[str, dict[str, Any]] | None:
+        """The grant behind a token hash: this store's cache first, then storage. ``fresh``
+        asks storage whether a live grant has ended since (in another process, say); an
+        ended grant never comes back to life, so it is not asked again."""
         found = self._grants.get(token_hash)
-        if found is None:
-            found = self.backend.find_capability(token_hash)
-            if found is not None:
-                self._grants[token_hash] = found
+        if found is None or (fresh and found[1].get("alive")):
+            stored = self.backend.find_capability(token_hash,
+                                                  None if found is None else found[0])
+            if stored is not None and (found is None or not stored[1].get("alive")):
+                found = self._grants[token_hash] = stored
         return found
 
     def remember_grant(self, run_id: str, grant: dict[str, Any]) -> None:
@@ -565,7 +568,7 @@ class SessionHandle:
         self.agent = AgentRef(*raw_agent) if raw_agent else None
 
     def _alive(self) -> None:
-        found = self.run.store.grant(_hash(self.token))
+        found = self.run.store.grant(_hash(self.token), fresh=True)
         if found is None or not found[1].get("alive"):
             raise CapabilityError("a token dies when its session completes",
                                   f"the session for binding '{self.binding.name}' has ended")

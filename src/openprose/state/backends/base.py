@@ -102,7 +102,9 @@ class Backend(ABC):
     @abstractmethod
     def put_capability(self, run_id: str, grant: dict[str, Any]) -> None: ...
     @abstractmethod
-    def find_capability(self, token_hash: str) -> tuple[str, dict[str, Any]] | None: ...
+    def find_capability(self, token_hash: str, run_id: str | None = None
+                        ) -> tuple[str, dict[str, Any]] | None:
+        """The stored grant with this hash (``run_id``: the run known to hold it)."""
     @abstractmethod
     def list_capabilities(self, run_id: str) -> list[dict[str, Any]]: ...
 

@@ -143,6 +143,8 @@ class FilesystemBackend(Backend):
         self._logs: dict[str, AppendLog] = {}
         self._segment_next: dict[Path, int] = {}
         self._binding_dirs: dict[str, str] = {}
+        self._capability_offsets: dict[str, int] = {}
+        self._capability_lock = threading.Lock()
         self._capabilities: dict[str, tuple[str, dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ paths
@@ -370,16 +372,37 @@ class FilesystemBackend(Backend):
         self._capabilities[grant["hash"]] = (run_id, grant)
         self._append(run_id, "capabilities.jsonl", grant_to_json(grant), durable=False)
 
-    def find_capability(self, token_hash: str) -> tuple[str, dict[str, Any]] | None:
+    def find_capability(self, token_hash: str, run_id: str | None = None
+                        ) -> tuple[str, dict[str, Any]] | None:
+        """The grant as stored now: another process may have ended it since it was read."""
         found = self._capabilities.get(token_hash)
-        if found is not None:
-            return found
-        if self.runs.is_dir():
+        if found is not None or run_id is not None:
+            self._read_capabilities(found[0] if found is not None else run_id or "")
+        elif self.runs.is_dir():
             for path in self.runs.rglob("capabilities.jsonl"):
-                run_id = str(path.parent.relative_to(self.runs))
-                for grant in self.list_capabilities(run_id):
-                    self._capabilities[grant["hash"]] = (run_id, grant)
+                self._read_capabilities(str(path.parent.relative_to(self.runs)))
         return self._capabilities.get(token_hash)
+
+    def _read_capabilities(self, run_id: str) -> None:
+        """Fold the whole lines appended to the run's capabilities.jsonl since the last read
+        into the cache (the file only grows; the last line about a token wins)."""
+        path = self.run_dir(run_id) / "capabilities.jsonl"
+        with self._capability_lock:
+            offset = self._capability_offsets.get(run_id, 0)
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(offset)
+                    data = handle.read()
+            except FileNotFoundError:
+                return
+            whole = data.rfind(b"\n") + 1
+            for line in data[:whole].split(b"\n"):
+                try:
+                    grant = json.loads(line)
+                except ValueError:  # blank, or a torn line that repair has ended
+                    continue
+                self._capabilities[grant["hash"]] = (run_id, grant)
+            self._capability_offsets[run_id] = offset + whole
 
     def list_capabilities(self, run_id: str) -> list[dict[str, Any]]:
         grants: dict[str, dict[str, Any]] = {}

@@ -479,14 +479,20 @@ class SqliteBackend(SqlBackend):
         imports = self.files.run_dir(run_id) / "imports"
         return [f"{run_id}/imports/{p.parent.name}" for p in sorted(imports.glob("*/state.db"))]
 
-    def find_capability(self, token_hash: str) -> tuple[str, dict[str, Any]] | None:
-        if self.files.runs.is_dir():
-            for path in self.files.runs.rglob("state.db"):
-                run_id = str(path.parent.relative_to(self.files.runs))
-                rows = self.fetch(run_id, "SELECT body FROM capabilities WHERE hash = ?",
-                                  (token_hash,))
-                if rows:
-                    return run_id, json.loads(rows[0][0])
+    def find_capability(self, token_hash: str, run_id: str | None = None
+                        ) -> tuple[str, dict[str, Any]] | None:
+        if run_id is not None:
+            candidates = [run_id]
+        elif self.files.runs.is_dir():
+            candidates = [str(path.parent.relative_to(self.files.runs))
+                          for path in self.files.runs.rglob("state.db")]
+        else:
+            candidates = []
+        for candidate in candidates:
+            rows = self.fetch(candidate, "SELECT body FROM capabilities WHERE hash = ?",
+                              (token_hash,))
+            if rows:
+                return candidate, json.loads(rows[0][0])
         return None
 
     def close(self) -> None:
@@ -592,7 +598,8 @@ class PostgresBackend(SqlBackend):
                           (len(prefix), prefix))
         return sorted(r[0] for r in rows if "/imports/" not in r[0][len(prefix):])
 
-    def find_capability(self, token_hash: str) -> tuple[str, dict[str, Any]] | None:
+    def find_capability(self, token_hash: str, run_id: str | None = None
+                        ) -> tuple[str, dict[str, Any]] | None:
         rows = self.fetch(None, "SELECT run_id, body FROM {p}capabilities WHERE hash = ?",
                           (token_hash,))
         return (rows[0][0], json.loads(rows[0][1])) if rows else None
