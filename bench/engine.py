@@ -19,6 +19,7 @@ import asyncio
 import os
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from openprose.engine import runner
@@ -88,7 +89,21 @@ def main() -> None:
     if os.environ.get("OPENPROSE_TEST_POSTGRES_URL") and not os.environ.get(
             "OPENPROSE_POSTGRES_URL"):
         os.environ["OPENPROSE_POSTGRES_URL"] = os.environ["OPENPROSE_TEST_POSTGRES_URL"]
-    n, small = args.sessions, max(1, args.sessions // 10)
+    if "postgres" in backends:  # a throwaway schema, dropped at the end
+        os.environ["OPENPROSE_POSTGRES_SCHEMA"] = f"bench_{uuid.uuid4().hex[:10]}"
+    try:
+        _measure(backends, args.sessions)
+    finally:
+        if "postgres" in backends:
+            import psycopg
+
+            with psycopg.connect(os.environ["OPENPROSE_POSTGRES_URL"], autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{os.environ["OPENPROSE_POSTGRES_SCHEMA"]}"'
+                             " CASCADE")
+
+
+def _measure(backends: list[str], sessions: int) -> None:
+    n, small = sessions, max(1, sessions // 10)
     print(f"{'backend':<11} {'ms/stmt @' + str(n):>13} {'ms/stmt @' + str(small):>13} "
           f"{'marginal':>10} {'state size':>12}")
     for backend in backends:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openprose.state.config import postgres_url, read_env_file
+from openprose.state.config import postgres_schema, postgres_url, read_env_file
 from openprose.state.errors import (
     BackendUnavailable,
     CapabilityError,
@@ -47,8 +47,9 @@ BACKENDS = ("filesystem", "sqlite", "postgres")
 
 def open_store(project_root: str | Path, backend: str = "filesystem", *,
                home: str | Path | None = None, postgres_url: str | None = None,
-               schema: str = "openprose") -> StateStore:
-    """Open the state of the project at ``project_root`` on ``backend``."""
+               schema: str | None = None) -> StateStore:
+    """Open the state of the project at ``project_root`` on ``backend``. PostgreSQL's URL and
+    schema default to the project's settings (``.prose/.env``, then the environment)."""
     root = Path(project_root).resolve()
     home_dir = Path(home).resolve() if home is not None else Path.home()
     if backend == "filesystem":
@@ -67,7 +68,8 @@ def open_store(project_root: str | Path, backend: str = "filesystem", *,
             raise BackendUnavailable(
                 "no PostgreSQL URL: set OPENPROSE_POSTGRES_URL in .prose/.env or the "
                 "environment (or DATABASE_URL)")
-        return StateStore(PostgresBackend(root, home_dir, url, schema), root, home_dir)
+        return StateStore(PostgresBackend(root, home_dir, url, schema or postgres_schema(root)),
+                          root, home_dir)
     raise ValueError(f"unknown state backend {backend!r} (choose from {', '.join(BACKENDS)})")
 
 

@@ -28,6 +28,13 @@ def read_env_file(project_root: Path) -> dict[str, str]:
     return values
 
 
+def postgres_schema(project_root: Path, environ: dict[str, str] | None = None) -> str:
+    """OPENPROSE_POSTGRES_SCHEMA from .prose/.env, then the environment; default openprose."""
+    environ = dict(os.environ) if environ is None else environ
+    return (read_env_file(project_root).get("OPENPROSE_POSTGRES_SCHEMA")
+            or environ.get("OPENPROSE_POSTGRES_SCHEMA") or "openprose")
+
+
 def postgres_url(project_root: Path, environ: dict[str, str] | None = None) -> str | None:
     """OPENPROSE_POSTGRES_URL from .prose/.env, then the environment, then DATABASE_URL."""
     environ = dict(os.environ) if environ is None else environ
