@@ -99,6 +99,9 @@ class MemJournal:
     def child(self, handle, program_text):
         return self
 
+    async def open_session_batched(self, spec):
+        return self.open_session(spec)
+
     def record_imports(self, imports):
         self.imports = dict(imports)
 

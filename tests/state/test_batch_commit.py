@@ -6,7 +6,9 @@ from openprose.state import (
     BindingRef,
     CapabilityError,
     Completion,
+    InvalidNameError,
     NotFoundError,
+    SessionStart,
     StateStore,
     Usage,
 )
@@ -61,3 +63,25 @@ def test_one_bad_completion_does_not_keep_the_others_out(stores) -> None:
     # The session that failed to write may still write and finish.
     store.session(grants[2].token).write_output("late")
     assert run.complete_session(grants[2].token, "k2").value == "late"
+
+
+def test_sessions_start_together_in_one_write(stores) -> None:
+    store = stores.open()
+    run = store.create_run('let x = session "x"\n', "main.prose")
+    run.write_binding(BindingRef("topic"), "tides", "input", "input topic")
+    starts = [SessionStart(f"k{i}", f"h{i}", BindingRef(f"b{i}"), "let", f"let b{i} = x",
+                           (BindingRef("topic"),), meta={"line": i}) for i in range(5)]
+    starts[2] = SessionStart("k2", "h2", BindingRef("../escape"), "let", "bad")
+
+    grants = run.start_sessions(starts)
+
+    assert isinstance(grants[2], InvalidNameError)
+    live = [g for i, g in enumerate(grants) if i != 2]
+    for grant in live:
+        assert store.session(grant.token).read_context("topic") == "tides"
+    reopened = stores.open().open_run(run.id)
+    assert [reopened.journal(f"k{i}").kind for i in (0, 1, 3, 4)] == ["intent"] * 4
+    assert reopened.journal("k2") is None
+    assert run.complete_sessions([Completion(g.token, f"k{i}", value=f"v{i}")
+                                  for i, g in enumerate(live)])[3].value == "v3"
+    assert stores.open().open_run(run.id).read_binding(BindingRef("b4")).value == "v3"

@@ -399,12 +399,7 @@ class Interpreter:
         sessions are in flight, so their progress never waits on this write."""
         if not self.totals.in_flight or not self.journal.writes_wait:
             return self.journal.open_session(spec)
-        opening = asyncio.ensure_future(asyncio.to_thread(self.journal.open_session, spec))
-        try:
-            return await asyncio.shield(opening)
-        except asyncio.CancelledError:
-            opening.add_done_callback(_abort_when_opened)
-            raise
+        return await self.journal.open_session_batched(spec)
 
     def context(self, node: n.Node | None, ctx: Ctx
                 ) -> tuple[list[ContextItem], tuple[tuple[str, int | None], ...]]:
@@ -763,8 +758,3 @@ def _discretion_string(node: n.Discretion) -> n.String:
     parts.append(text[pos:])
     return n.String(tuple(parts), span=node.span)
 
-
-def _abort_when_opened(opening: asyncio.Future[OpenSession]) -> None:
-    """A session granted after its statement was cancelled ends at once."""
-    if not opening.cancelled() and opening.exception() is None:
-        opening.result().abort("cancelled")

@@ -65,6 +65,10 @@ class Journal(Protocol):
 
     def open_session(self, spec: SessionSpec) -> OpenSession: ...
 
+    async def open_session_batched(self, spec: SessionSpec) -> OpenSession:
+        """Like :meth:`open_session`, written together with other sessions starting now."""
+        ...
+
     def verdict(self, key: str) -> Recorded | None: ...
 
     def record_verdict(self, key: str, input_hash: str, value: bool | str, reason: str,

@@ -148,13 +148,13 @@ async def execute(job: Job, provider: Provider, listener: Listener | None = None
     except EngineError as err:
         outcome.error = f"{type(err).__name__}: {err}"
     except (asyncio.CancelledError, KeyboardInterrupt):
-        await journal.committer.settle()
+        await journal.settle()
         journal.finish("interrupted", "interrupted")
         store.close()
         raise
     finally:
         await provider.aclose()
-    await journal.committer.settle()
+    await journal.settle()
     totals = interpreter.totals
     outcome.sessions, outcome.reused = totals.sessions, totals.reused
     outcome.tokens = totals.usage.input_tokens + totals.usage.output_tokens

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from openprose import state
 from openprose.engine.events import Event
@@ -27,6 +28,10 @@ _KINDS = {"let", "const", "output", "input", "param"}
 _STATUS = {"session_start": "executing", "session_retry": "retrying",
            "session_end": "complete", "session_reused": "complete",
            "session_failed": "failed", "cancelled": "cancelled"}
+
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 
 def agent_ref(agent: str, persist: str) -> state.AgentRef:
@@ -84,7 +89,7 @@ class _OpenSession:
         """Commit together with the other sessions finishing around the same time."""
         if self.spec.persist is not None:
             await asyncio.to_thread(self._append_segment, output)
-        binding = await self.journal.committer.commit(self._completion(output, usage))
+        binding = await self.journal.committer.submit(self._completion(output, usage))
         return self._committed(binding)
 
     def _append_segment(self, output: str | None) -> None:
@@ -110,44 +115,47 @@ class _OpenSession:
         run.end_session(self.grant.token)
 
 
-class Committer:
-    """Group commit for sessions that finish while others are in flight: completions that
-    arrive while a commit is on disk wait for it, then go together in the next one (one
-    durable write for the whole batch, on a worker thread so the event loop keeps going)."""
+class Batcher(Generic[Item, Result]):
+    """Group writes that arrive while one is under way: the next write takes them all, on a
+    worker thread so the event loop keeps going. ``write`` gets a batch and returns one
+    result per item (a value, or the exception for that item). ``orphan`` is called with the
+    result of an item whose waiter was cancelled meanwhile."""
 
-    def __init__(self, run: state.Run) -> None:
-        self.run = run
-        self.waiting: list[tuple[state.Completion, asyncio.Future[state.Binding]]] = []
+    def __init__(self, write: Callable[[list[Item]], list[Result | Exception]],
+                 orphan: Callable[[Result], None] | None = None) -> None:
+        self.write = write
+        self.orphan = orphan
+        self.waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self.writer: asyncio.Task[None] | None = None
 
-    async def commit(self, completion: state.Completion) -> state.Binding:
-        future: asyncio.Future[state.Binding] = asyncio.get_running_loop().create_future()
-        self.waiting.append((completion, future))
+    async def submit(self, item: Item) -> Result:
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self.waiting.append((item, future))
         if self.writer is None:
-            self.writer = asyncio.create_task(self._write())
+            self.writer = asyncio.create_task(self._drain())
         return await future
 
-    async def _write(self) -> None:
+    async def _drain(self) -> None:
         try:
             while self.waiting:
                 batch, self.waiting = self.waiting, []
                 try:
-                    results = await asyncio.to_thread(self.run.complete_sessions,
-                                                      [done for done, _ in batch])
-                except Exception as err:  # the batch did not commit: every session learns why
+                    results = await asyncio.to_thread(self.write, [item for item, _ in batch])
+                except Exception as err:  # nothing was written: every waiter learns why
                     results = [err] * len(batch)
                 for (_, future), result in zip(batch, results, strict=True):
-                    if future.done():
-                        continue
-                    if isinstance(result, BaseException):
-                        future.set_exception(result)
-                    else:
+                    if isinstance(result, Exception):
+                        if not future.done():
+                            future.set_exception(result)
+                    elif not future.done():
                         future.set_result(result)
+                    elif self.orphan is not None:
+                        self.orphan(result)
         finally:
             self.writer = None
 
     async def settle(self) -> None:
-        """Wait until nothing is being committed (before the run is finished and closed)."""
+        """Wait until nothing is being written (before the run is finished and closed)."""
         while self.writer is not None:
             await asyncio.shield(self.writer)
 
@@ -156,7 +164,11 @@ class StateJournal:
     def __init__(self, run: state.Run, on_commit: Callable[[str], None] | None = None,
                  render_interval: float = 0.5) -> None:
         self.run = run
-        self.committer = Committer(run)
+        # Sessions that start or finish while others are in flight share one write.
+        self.opener: Batcher[SessionSpec, _OpenSession] = Batcher(
+            self.open_sessions, lambda opened: opened.abort("cancelled"))
+        self.committer: Batcher[state.Completion, state.Binding] = Batcher(
+            self.run.complete_sessions)  # type: ignore[arg-type]
         self.writes_wait = run.store.writes_wait
         self.on_commit = on_commit
         self.render_interval = render_interval
@@ -172,15 +184,33 @@ class StateJournal:
         return Recorded(entry.input_hash, entry.value)
 
     def open_session(self, spec: SessionSpec) -> _OpenSession:
-        name = spec.binding or self.run.next_anonymous()
-        kind = spec.kind if spec.binding and spec.kind in _KINDS else "anonymous"
-        ref = state.BindingRef(name, spec.execution_id)
-        context = [state.BindingRef(c, eid) for c, eid in spec.context]
-        agent = agent_ref(spec.agent, spec.persist) if spec.agent and spec.persist else None
-        self.run.record_intent(spec.key, spec.input_hash, {"line": spec.line})
-        grant = self.run.grant_session(ref, kind, spec.source, context, agent)
-        handle = self.run.store.session(grant.token)
-        return _OpenSession(self, spec, grant, _IO(handle, spec.items))
+        opened = self.open_sessions([spec])[0]
+        if isinstance(opened, Exception):
+            raise opened
+        return opened
+
+    async def open_session_batched(self, spec: SessionSpec) -> _OpenSession:
+        return await self.opener.submit(spec)
+
+    def open_sessions(self, specs: list[SessionSpec]) -> list[_OpenSession | Exception]:
+        """Intent records and capabilities for sessions about to call the model."""
+        starts = []
+        for spec in specs:
+            name = spec.binding or self.run.next_anonymous()
+            kind = spec.kind if spec.binding and spec.kind in _KINDS else "anonymous"
+            agent = agent_ref(spec.agent, spec.persist) if spec.agent and spec.persist else None
+            starts.append(state.SessionStart(
+                spec.key, spec.input_hash, state.BindingRef(name, spec.execution_id), kind,
+                spec.source, tuple(state.BindingRef(c, eid) for c, eid in spec.context), agent,
+                {"line": spec.line}))
+        opened: list[_OpenSession | Exception] = []
+        for spec, grant in zip(specs, self.run.start_sessions(starts), strict=True):
+            if isinstance(grant, Exception):
+                opened.append(grant)
+            else:
+                handle = self.run.store.session(grant.token)
+                opened.append(_OpenSession(self, spec, grant, _IO(handle, spec.items)))
+        return opened
 
     # ----------------------------------------------------------------------- verdicts
 
@@ -252,6 +282,11 @@ class StateJournal:
         self.run.update_state(state.StateSnapshot(ordered))
         cost = time.monotonic() - started
         self.render_due = time.monotonic() + max(self.render_interval, cost * RENDER_SHARE)
+
+    async def settle(self) -> None:
+        """Wait for batched writes still under way (before finishing the run)."""
+        await self.opener.settle()
+        await self.committer.settle()
 
     def finish(self, status: str, error: str | None) -> None:
         self.render()

@@ -36,6 +36,7 @@ from openprose.state.models import (
     JournalEntry,
     RunInfo,
     SessionGrant,
+    SessionStart,
     StatementStatus,
     StateSnapshot,
     Usage,
@@ -79,6 +80,6 @@ __all__ = [
     "BACKENDS", "ROOT", "AgentRef", "BackendUnavailable", "Binding", "BindingRef",
     "CapabilityError", "Completion", "Frame", "ImportRecord", "InvalidNameError", "JournalEntry", "NotFoundError",
     "PathEscapeError", "RecursionLimitExceeded", "Run", "RunInfo", "RunNotFound",
-    "SessionGrant", "SessionHandle", "StateError", "StateSnapshot", "StateStore",
+    "SessionGrant", "SessionHandle", "SessionStart", "StateError", "StateSnapshot", "StateStore",
     "StatementStatus", "Usage", "open_store", "read_env_file",
 ]

@@ -89,6 +89,21 @@ class JournalEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionStart:
+    """A session about to call its model: the intent to record (``key``, ``input_hash``)
+    and the capability to grant (its binding, context and persistent agent)."""
+
+    key: str
+    input_hash: str
+    binding: BindingRef
+    kind: str
+    source: str
+    context: tuple[BindingRef, ...] = ()
+    agent: AgentRef | None = None
+    meta: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """A finished session to commit: its token, its stable statement key and its output
     (``value``; None when the session wrote its binding itself)."""

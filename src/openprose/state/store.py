@@ -37,6 +37,7 @@ from openprose.state.models import (
     JournalEntry,
     RunInfo,
     SessionGrant,
+    SessionStart,
     StateSnapshot,
     Usage,
 )
@@ -341,8 +342,38 @@ class Run:
                       context: list[BindingRef] | None = None,
                       agent: AgentRef | None = None) -> SessionGrant:
         """Issue a session capability for exactly one binding (and the agent's memory)."""
+        token, grant = self._new_grant(ref, kind, source, tuple(context or ()), agent)
+        self.backend.put_capability(self.id, grant)
+        return self._session_grant(token, grant)
+
+    def start_sessions(self, starts: list[SessionStart]) -> list[SessionGrant | StateError]:
+        """Record the intent of many sessions and grant their capabilities in one write.
+        Each result is the grant, or the error that kept that session from starting."""
+        prepared: list[tuple[SessionStart, str, dict[str, Any]] | StateError] = []
+        for start in starts:
+            try:
+                prepared.append((start, *self._new_grant(start.binding, start.kind, start.source,
+                                                         start.context, start.agent)))
+            except StateError as err:
+                prepared.append(err)
+        ok = [item for item in prepared if not isinstance(item, StateError)]
+        intents = [JournalEntry(start.key, "intent", start.input_hash, "started",
+                                meta=start.meta or {}) for start, _, _ in ok]
+        try:
+            self.backend.start_sessions(self.id, intents, [grant for _, _, grant in ok])
+        except BaseException:
+            for _, _, grant in ok:  # never stored: these sessions did not start
+                self._forget(grant)
+            raise
+        for entry in intents:
+            self._remember(entry)
+        return [item if isinstance(item, StateError) else self._session_grant(*item[1:])
+                for item in prepared]
+
+    def _new_grant(self, ref: BindingRef, kind: str, source: str,
+                   context: tuple[BindingRef, ...], agent: AgentRef | None
+                   ) -> tuple[str, dict[str, Any]]:
         _check_ref(ref)
-        context = list(context or [])
         for item in context:
             _check_ref(item, "context name")
         if agent is not None:
@@ -358,8 +389,18 @@ class Run:
             self._live[ref] = grant["hash"]
             if agent is not None:
                 self._agents[agent] = None
-        self.backend.put_capability(self.id, grant)
         self.store.remember_grant(self.id, grant)
+        return token, grant
+
+    def _forget(self, grant: dict[str, Any]) -> None:
+        with self._lock:
+            self._live.pop(BindingRef(grant["name"], grant["execution_id"]), None)
+        self.store.remember_grant(self.id, dict(grant, alive=False))
+
+    def _session_grant(self, token: str, grant: dict[str, Any]) -> SessionGrant:
+        ref = BindingRef(grant["name"], grant["execution_id"])
+        context = [BindingRef(name, eid) for name, eid in grant["context"]]
+        agent = AgentRef(*grant["agent"]) if grant["agent"] else None
         return SessionGrant(
             token, ref, self.backend.binding_location(self.id, ref),
             {c.name: self.backend.binding_location(self.id, c) for c in context},

@@ -93,6 +93,13 @@ class Backend(ABC):
         """Finished sessions (binding, result record, ended grant) as one durable step."""
     @abstractmethod
     def read_journal(self, run_id: str) -> list[JournalEntry]: ...
+    def start_sessions(self, run_id: str, intents: list[JournalEntry],
+                       grants: list[dict[str, Any]]) -> None:
+        """Intent records and session grants of sessions starting together (not durable)."""
+        for entry in intents:
+            self.append_journal(run_id, entry, durable=False)
+        for grant in grants:
+            self.put_capability(run_id, grant)
 
     # frames and capabilities
     @abstractmethod

@@ -247,6 +247,15 @@ class SqlBackend(Backend):
             cur.executemany(self.q(self.INSERT_JOURNAL), journal)
             cur.executemany(self.q(self.UPSERT_CAPABILITY), grants)
 
+    def start_sessions(self, run_id: str, intents: list[JournalEntry],
+                       grants: list[dict[str, Any]]) -> None:
+        with self.tx(run_id, durable=False) as conn:
+            cur = conn.cursor()
+            cur.executemany(self.q(self.INSERT_JOURNAL),
+                            [(run_id, e.key, e.kind, entry_to_json(e)) for e in intents])
+            cur.executemany(self.q(self.UPSERT_CAPABILITY),
+                            [(g["hash"], run_id, grant_to_json(g)) for g in grants])
+
     def _commit_rows(self, run_id: str, steps: list[CommitStep]
                      ) -> tuple[list[tuple[Any, ...]], ...]:
         bindings = [self._binding_row(run_id, s.binding) for s in steps if not s.stored]
@@ -571,6 +580,15 @@ class PostgresBackend(SqlBackend):
         # than the extra round trips of turning it off per transaction.
         with self.pool.connection() as conn:
             conn.execute(self.q(sql), params)
+
+    def start_sessions(self, run_id: str, intents: list[JournalEntry],
+                       grants: list[dict[str, Any]]) -> None:
+        if len(intents) == len(grants) == 1:  # one session: one statement, one round trip
+            self.write(run_id, f"WITH i AS ({self.INSERT_JOURNAL}) {self.UPSERT_CAPABILITY}",
+                       (run_id, intents[0].key, intents[0].kind, entry_to_json(intents[0]),
+                        grants[0]["hash"], run_id, grant_to_json(grants[0])), durable=False)
+        else:
+            super().start_sessions(run_id, intents, grants)
 
     def commit(self, run_id: str, steps: list[CommitStep]) -> None:
         """One session: binding, result record and ended grant as one statement
