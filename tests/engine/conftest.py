@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from tests.engine.memjournal import MemJournal
@@ -9,8 +8,6 @@ from tests.engine.memjournal import MemJournal
 from openprose.engine.interpreter import Interpreter, Options
 from openprose.engine.scripted import ScriptedProvider
 from openprose.language import compile_or_raise
-
-CORPUS = Path("/work/shared/corpus")
 
 
 class Harness:
