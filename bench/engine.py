@@ -1,6 +1,6 @@
 """Engine benchmark (issue 4, item 5).
 
-    python bench/engine.py [--sessions 1000] [--backends filesystem,sqlite,postgres]
+    python bench/engine.py [--sessions 1000] [--backends filesystem,sqlite,postgres] [--repeats 5]
 
 Prints, per backend: the per-statement overhead of N sequential sessions on a zero-latency
 scripted provider with the default durability (each session's binding and result record
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import tempfile
 import time
 import uuid
@@ -69,8 +70,15 @@ async def _run(source: str, root: Path, backend: str, script: dict, concurrency:
     return elapsed, outcome
 
 
+def _settle() -> None:
+    """Start each measurement from a quiet disk: flush what earlier ones left dirty."""
+    os.sync()
+    time.sleep(0.5)
+
+
 def sequential(backend: str, n: int) -> tuple[float, int]:
     """Seconds per statement for ``n`` sequential sessions, and the state's size in bytes."""
+    _settle()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         elapsed, _ = asyncio.run(_run(_sequential(n), root, backend,
@@ -84,6 +92,7 @@ def fan_out(backend: str = "filesystem", n: int = 1000, latency: float = 0.1,
     """Wall time over the ideal: of the ``parallel for`` statement (from its start until the
     next statement starts), and of the whole run (creating and finishing the run included)."""
     reached: dict[int, float] = {}
+    _settle()
     with tempfile.TemporaryDirectory() as tmp:
         elapsed, _ = asyncio.run(_run(_fan_out(n), Path(tmp), backend,
                                       {"default_output": OUTPUT, "latency": latency},
@@ -96,6 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--backends", default="filesystem,sqlite,postgres")
+    parser.add_argument("--repeats", type=int, default=5, help="fan-out runs per backend")
     args = parser.parse_args()
     backends = args.backends.split(",")
     if "postgres" in backends and not (os.environ.get("OPENPROSE_POSTGRES_URL")
@@ -108,7 +118,7 @@ def main() -> None:
     if "postgres" in backends:  # a throwaway schema, dropped at the end
         os.environ["OPENPROSE_POSTGRES_SCHEMA"] = f"bench_{uuid.uuid4().hex[:10]}"
     try:
-        _measure(backends, args.sessions)
+        _measure(backends, args.sessions, args.repeats)
     finally:
         if "postgres" in backends:
             import psycopg
@@ -118,7 +128,7 @@ def main() -> None:
                              " CASCADE")
 
 
-def _measure(backends: list[str], sessions: int) -> None:
+def _measure(backends: list[str], sessions: int, repeats: int) -> None:
     n, small = sessions, max(1, sessions // 10)
     print(f"{'backend':<11} {'ms/stmt @' + str(n):>13} {'ms/stmt @' + str(small):>13} "
           f"{'marginal':>10} {'state size':>12}")
@@ -130,11 +140,17 @@ def _measure(backends: list[str], sessions: int) -> None:
         shown = f"{size / 1e6:.2f} MB" if size >= 0 else "(in db)"
         print(f"{backend:<11} {per_big * 1e3:>13.3f} {per_small * 1e3:>13.3f} "
               f"{marginal * 1e3:>10.3f} {shown:>12}")
-    print("parallel for: 1,000 items × 100 ms at concurrency 100, wall time / ideal 1.0 s")
-    print(f"{'backend':<11} {'statement':>10} {'whole run':>10}")
+    print(f"parallel for: 1,000 items × 100 ms at concurrency 100, wall time / ideal 1.0 s "
+          f"(median of {repeats} runs, range in brackets)")
+    print(f"{'backend':<11} {'statement':>22} {'whole run':>22}")
     for backend in backends:
-        statement, whole = fan_out(backend)
-        print(f"{backend:<11} {statement:>9.3f}× {whole:>9.3f}×")
+        runs = [fan_out(backend) for _ in range(repeats)]
+        print(f"{backend:<11} {_spread([r[0] for r in runs]):>22} "
+              f"{_spread([r[1] for r in runs]):>22}")
+
+
+def _spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.3f}× [{min(ratios):.3f}–{max(ratios):.3f}]"
 
 
 if __name__ == "__main__":
