@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -70,21 +71,24 @@ async def _run(source: str, root: Path, backend: str, script: dict, concurrency:
     return elapsed, outcome
 
 
-def _settle() -> None:
-    """Start each measurement from a quiet disk: flush what earlier ones left dirty."""
+# Every measurement's project lives under one directory, removed when the benchmark ends:
+# deleting thousands of files between measurements would slow down the next one.
+WORK = Path(tempfile.mkdtemp(prefix="openprose-bench-"))
+
+
+def _project() -> Path:
+    """A fresh project directory, after flushing what earlier measurements left dirty."""
     os.sync()
     time.sleep(0.5)
+    return Path(tempfile.mkdtemp(dir=WORK))
 
 
 def sequential(backend: str, n: int) -> tuple[float, int]:
     """Seconds per statement for ``n`` sequential sessions, and the state's size in bytes."""
-    _settle()
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        elapsed, _ = asyncio.run(_run(_sequential(n), root, backend,
-                                      {"default_output": OUTPUT}))
-        size = _size(root / ".prose") if backend != "postgres" else -1
-        return elapsed / n, size
+    root = _project()
+    elapsed, _ = asyncio.run(_run(_sequential(n), root, backend, {"default_output": OUTPUT}))
+    size = _size(root / ".prose") if backend != "postgres" else -1
+    return elapsed / n, size
 
 
 def fan_out(backend: str = "filesystem", n: int = 1000, latency: float = 0.1,
@@ -92,11 +96,9 @@ def fan_out(backend: str = "filesystem", n: int = 1000, latency: float = 0.1,
     """Wall time over the ideal: of the ``parallel for`` statement (from its start until the
     next statement starts), and of the whole run (creating and finishing the run included)."""
     reached: dict[int, float] = {}
-    _settle()
-    with tempfile.TemporaryDirectory() as tmp:
-        elapsed, _ = asyncio.run(_run(_fan_out(n), Path(tmp), backend,
-                                      {"default_output": OUTPUT, "latency": latency},
-                                      concurrency, reached))
+    elapsed, _ = asyncio.run(_run(_fan_out(n), _project(), backend,
+                                  {"default_output": OUTPUT, "latency": latency},
+                                  concurrency, reached))
     ideal = n / concurrency * latency
     return (reached[4] - reached[2]) / ideal, elapsed / ideal
 
@@ -120,6 +122,7 @@ def main() -> None:
     try:
         _measure(backends, args.sessions, args.repeats)
     finally:
+        shutil.rmtree(WORK, ignore_errors=True)
         if "postgres" in backends:
             import psycopg
 
