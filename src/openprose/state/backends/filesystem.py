@@ -342,7 +342,9 @@ class FilesystemBackend(Backend):
             lines.append(entry_to_json(JournalEntry(**{**_fields(step.entry), "meta": meta})))
         self._append(run_id, "journal.jsonl", "\n".join(lines), durable=True)
         for step in steps:
-            self.put_capability(run_id, step.ended_grant)
+            self._capabilities[step.ended_grant["hash"]] = (run_id, step.ended_grant)
+        self._append(run_id, "capabilities.jsonl",
+                     "\n".join(grant_to_json(step.ended_grant) for step in steps), durable=False)
 
     def read_journal(self, run_id: str) -> list[JournalEntry]:
         return [entry_from_json(line) for line in self._lines(run_id, "journal.jsonl")
