@@ -49,12 +49,10 @@ def _provider(name: str, script: str | None, project: str) -> Any:
                 raise click.UsageError("--provider scripted needs --script FILE (YAML or JSON; "
                                        "see examples/hello.script.yaml)")
             return ScriptedProvider.from_file(script)
-        import os
-
         from openprose.engine.anthropic_provider import AnthropicProvider
-        from openprose.state import read_env_file
+        from openprose.state import settings
 
-        return AnthropicProvider(env={**os.environ, **read_env_file(Path(project))})
+        return AnthropicProvider(env=settings(Path(project)))
     except ProviderUnavailable as err:
         raise click.UsageError(str(err)) from err
 

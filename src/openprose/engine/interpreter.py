@@ -757,4 +757,3 @@ def _discretion_string(node: n.Discretion) -> n.String:
         pos = end + 1
     parts.append(text[pos:])
     return n.String(tuple(parts), span=node.span)
-

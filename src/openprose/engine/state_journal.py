@@ -144,13 +144,14 @@ class Batcher(Generic[Item, Result]):
                 except Exception as err:  # nothing was written: every waiter learns why
                     results = [err] * len(batch)
                 for (_, future), result in zip(batch, results, strict=True):
-                    if isinstance(result, Exception):
-                        if not future.done():
-                            future.set_exception(result)
-                    elif not future.done():
+                    failed = isinstance(result, Exception)
+                    if future.done():  # its waiter was cancelled meanwhile
+                        if self.orphan is not None and not failed:
+                            self.orphan(result)
+                    elif failed:
+                        future.set_exception(result)
+                    else:
                         future.set_result(result)
-                    elif self.orphan is not None:
-                        self.orphan(result)
         finally:
             self.writer = None
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openprose.state.config import postgres_schema, postgres_url, read_env_file
+from openprose.state.config import postgres_schema, postgres_url, read_env_file, settings
 from openprose.state.errors import (
     BackendUnavailable,
     CapabilityError,
@@ -81,5 +81,5 @@ __all__ = [
     "CapabilityError", "Completion", "Frame", "ImportRecord", "InvalidNameError", "JournalEntry", "NotFoundError",
     "PathEscapeError", "RecursionLimitExceeded", "Run", "RunInfo", "RunNotFound",
     "SessionGrant", "SessionHandle", "SessionStart", "StateError", "StateSnapshot", "StateStore",
-    "StatementStatus", "Usage", "open_store", "read_env_file",
+    "StatementStatus", "Usage", "open_store", "read_env_file", "settings",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -28,15 +29,20 @@ def read_env_file(project_root: Path) -> dict[str, str]:
     return values
 
 
-def postgres_schema(project_root: Path, environ: dict[str, str] | None = None) -> str:
+def settings(project_root: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The project's settings: the environment, overridden by non-empty ``.prose/.env``
+    values."""
+    file = {key: value for key, value in read_env_file(project_root).items() if value}
+    return {**(os.environ if environ is None else environ), **file}
+
+
+def postgres_schema(project_root: Path, environ: Mapping[str, str] | None = None) -> str:
     """OPENPROSE_POSTGRES_SCHEMA from .prose/.env, then the environment; default openprose."""
-    environ = dict(os.environ) if environ is None else environ
-    return (read_env_file(project_root).get("OPENPROSE_POSTGRES_SCHEMA")
-            or environ.get("OPENPROSE_POSTGRES_SCHEMA") or "openprose")
+    return settings(project_root, environ).get("OPENPROSE_POSTGRES_SCHEMA") or "openprose"
 
 
-def postgres_url(project_root: Path, environ: dict[str, str] | None = None) -> str | None:
+def postgres_url(project_root: Path, environ: Mapping[str, str] | None = None) -> str | None:
     """OPENPROSE_POSTGRES_URL from .prose/.env, then the environment, then DATABASE_URL."""
-    environ = dict(os.environ) if environ is None else environ
-    return (read_env_file(project_root).get("OPENPROSE_POSTGRES_URL")
-            or environ.get("OPENPROSE_POSTGRES_URL") or environ.get("DATABASE_URL"))
+    environ = os.environ if environ is None else environ
+    return (settings(project_root, environ).get("OPENPROSE_POSTGRES_URL")
+            or environ.get("DATABASE_URL"))

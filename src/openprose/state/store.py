@@ -164,6 +164,22 @@ class StateStore:
     def remember_grant(self, run_id: str, grant: dict[str, Any]) -> None:
         self._grants[grant["hash"]] = (run_id, grant)
 
+    def end_grant(self, token_hash: str, run_id: str) -> dict[str, Any]:
+        """Mark a live grant of ``run_id`` ended, once: a second end (from any thread) is
+        refused. Returns the ended grant."""
+        with self._lock:
+            found = self.grant(token_hash)
+            if found is None or found[0] != run_id:
+                raise CapabilityError("a token dies when its session completes",
+                                      "no such session in this run")
+            if not found[1].get("alive", False):
+                raise CapabilityError("a token dies when its session completes",
+                                      f"the session for binding '{found[1]['name']}' has "
+                                      "already ended")
+            grant = dict(found[1], alive=False)
+            self.remember_grant(run_id, grant)
+        return grant
+
     def close(self) -> None:
         self.backend.close()
 
@@ -363,7 +379,7 @@ class Run:
             self.backend.start_sessions(self.id, intents, [grant for _, _, grant in ok])
         except BaseException:
             for _, _, grant in ok:  # never stored: these sessions did not start
-                self._forget(grant)
+                self._set_alive(grant, False)
             raise
         for entry in intents:
             self._remember(entry)
@@ -392,10 +408,15 @@ class Run:
         self.store.remember_grant(self.id, grant)
         return token, grant
 
-    def _forget(self, grant: dict[str, Any]) -> None:
+    def _set_alive(self, grant: dict[str, Any], alive: bool) -> None:
+        """Undo a grant or an end that storage never received."""
+        ref = BindingRef(grant["name"], grant["execution_id"])
         with self._lock:
-            self._live.pop(BindingRef(grant["name"], grant["execution_id"]), None)
-        self.store.remember_grant(self.id, dict(grant, alive=False))
+            if alive:
+                self._live[ref] = grant["hash"]
+            else:
+                self._live.pop(ref, None)
+        self.store.remember_grant(self.id, dict(grant, alive=alive))
 
     def _session_grant(self, token: str, grant: dict[str, Any]) -> SessionGrant:
         ref = BindingRef(grant["name"], grant["execution_id"])
@@ -414,19 +435,7 @@ class Run:
         self.backend.put_capability(self.id, grant)
 
     def _ended(self, token: str) -> dict[str, Any]:
-        token_hash = _hash(token)
-        found = self.store.grant(token_hash)
-        if found is None or found[0] != self.id:
-            raise CapabilityError("a token dies when its session completes",
-                                  "no such session in this run")
-        with self.store._lock:  # a token ends once, even when two threads try
-            current = self.store.grant(token_hash) or found
-            if not current[1].get("alive", False):
-                raise CapabilityError("a token dies when its session completes",
-                                      f"the session for binding '{current[1]['name']}' has "
-                                      "already ended")
-            grant = dict(current[1], alive=False)
-            self.store.remember_grant(self.id, grant)
+        grant = self.store.end_grant(_hash(token), self.id)
         with self._lock:
             self._live.pop(BindingRef(grant["name"], grant["execution_id"]), None)
         return grant
@@ -460,7 +469,7 @@ class Run:
                 self.backend.commit(self.id, steps)
             except BaseException:
                 for step in steps:  # not committed: the sessions are still in flight
-                    self._revive(step.ended_grant)
+                    self._set_alive(step.ended_grant, True)
                 raise
         for step in steps:
             self._index[step.binding.ref] = step.binding.kind
@@ -484,12 +493,6 @@ class Run:
         entry = JournalEntry(done.key, "result", done.input_hash, "completed", ref, value,
                              usage=done.usage or Usage(), meta=done.meta or {})
         return CommitStep(binding, entry, self._ended(done.token), stored=done.value is None)
-
-    def _revive(self, grant: dict[str, Any]) -> None:
-        grant = dict(grant, alive=True)
-        with self._lock:
-            self._live[BindingRef(grant["name"], grant["execution_id"])] = grant["hash"]
-        self.store.remember_grant(self.id, grant)
 
     # ------------------------------------------------------------------ journal
     def record_intent(self, key: str, input_hash: str, meta: dict[str, Any] | None = None) -> None:

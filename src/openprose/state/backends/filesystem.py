@@ -282,10 +282,11 @@ class FilesystemBackend(Backend):
     # ------------------------------------------------------------------ imports
     def put_import(self, run_id: str, record: ImportRecord) -> None:
         """The run's import registry, ``imports.json``: one entry per alias."""
-        registry = {r.alias: r for r in self.list_imports(run_id)}
-        registry[record.alias] = record
-        atomic_write(self.run_dir(run_id) / "imports.json",
-                     json.dumps([asdict(r) for r in registry.values()], indent=2))
+        with self._lock:  # read, change, write: one writer at a time
+            registry = {r.alias: r for r in self.list_imports(run_id)}
+            registry[record.alias] = record
+            atomic_write(self.run_dir(run_id) / "imports.json",
+                         json.dumps([asdict(r) for r in registry.values()], indent=2))
 
     def list_imports(self, run_id: str) -> list[ImportRecord]:
         try:
@@ -407,11 +408,8 @@ class FilesystemBackend(Backend):
             self._capability_offsets[run_id] = offset + whole
 
     def list_capabilities(self, run_id: str) -> list[dict[str, Any]]:
-        grants: dict[str, dict[str, Any]] = {}
-        for line in self._lines(run_id, "capabilities.jsonl"):
-            grant = json.loads(line)
-            grants[grant["hash"]] = grant
-        return list(grants.values())
+        self._read_capabilities(run_id)
+        return [grant for owner, grant in list(self._capabilities.values()) if owner == run_id]
 
     # ------------------------------------------------------------------ agents
     def read_memory(self, run_id: str, agent: AgentRef) -> str | None:
@@ -429,7 +427,7 @@ class FilesystemBackend(Backend):
         directory = self.agent_dir(run_id, agent)
         directory.mkdir(parents=True, exist_ok=True)
         temp = directory / f".segment.{uuid.uuid4().hex[:8]}.tmp"
-        with open(temp, "w", encoding="utf-8") as handle:
+        with open(temp, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -453,11 +451,10 @@ class FilesystemBackend(Backend):
         cached = self._segment_next.get(directory)
         if cached is not None:
             return cached
-        numbers = [int(n) for n in self._segment_numbers(directory, agent.name)]
-        return max(numbers, default=0) + 1
+        return max(self._segment_numbers(directory, agent.name), default=0) + 1
 
     @staticmethod
-    def _segment_numbers(directory: Path, name: str) -> list[str]:
+    def _segment_numbers(directory: Path, name: str) -> list[int]:
         if not directory.is_dir():
             return []
         prefix, found = f"{name}-", []
@@ -466,13 +463,12 @@ class FilesystemBackend(Backend):
             if entry.name.endswith(".md") and stem.startswith(prefix):
                 number = stem[len(prefix):]
                 if number.isdigit():
-                    found.append(number)
+                    found.append(int(number))
         return found
 
     def list_segments(self, run_id: str, agent: AgentRef) -> list[tuple[int, str]]:
         directory = self.agent_dir(run_id, agent)
-        return sorted((int(number), read_exact(directory / segment_name(agent.name,
-                                                                        int(number))))
+        return sorted((number, read_exact(directory / segment_name(agent.name, number)))
                       for number in self._segment_numbers(directory, agent.name))
 
     # ------------------------------------------------------------------ state.md

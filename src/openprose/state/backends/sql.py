@@ -123,6 +123,15 @@ class SqlBackend(Backend):
         with self.tx(run_id, durable=durable, scope=scope) as cur:
             cur.execute(self.q(sql), params)
 
+    def write_all(self, run_id: str, parts: list[tuple[str, list[tuple[Any, ...]]]], *,
+                  durable: bool) -> None:
+        """Several statements, each with its rows, as one transaction."""
+        with self.tx(run_id, durable=durable) as conn:
+            cur = conn.cursor()
+            for sql, rows in parts:
+                if rows:
+                    cur.executemany(self.q(sql), rows)
+
     # ------------------------------------------------------------------ runs
     def run_location(self, run_id: str) -> str:
         return self.files.run_location(run_id)
@@ -235,33 +244,22 @@ class SqlBackend(Backend):
     INSERT_JOURNAL = "INSERT INTO {p}journal (run_id, key, kind, body) VALUES (?,?,?,?)"
 
     def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None:
-        self.write(run_id, self.INSERT_JOURNAL,
-                   (run_id, entry.key, entry.kind, entry_to_json(entry)), durable=durable)
+        self.write(run_id, self.INSERT_JOURNAL, _journal_row(run_id, entry), durable=durable)
 
     def commit(self, run_id: str, steps: list[CommitStep]) -> None:
-        bindings, journal, grants = self._commit_rows(run_id, steps)
-        with self.tx(run_id, durable=True) as conn:
-            cur = conn.cursor()
-            if bindings:
-                cur.executemany(self.q(self.UPSERT_BINDING), bindings)
-            cur.executemany(self.q(self.INSERT_JOURNAL), journal)
-            cur.executemany(self.q(self.UPSERT_CAPABILITY), grants)
+        self.write_all(run_id, [
+            (self.UPSERT_BINDING,
+             [self._binding_row(run_id, s.binding) for s in steps if not s.stored]),
+            (self.INSERT_JOURNAL, [_journal_row(run_id, s.entry) for s in steps]),
+            (self.UPSERT_CAPABILITY, [_grant_row(run_id, s.ended_grant) for s in steps]),
+        ], durable=True)
 
     def start_sessions(self, run_id: str, intents: list[JournalEntry],
                        grants: list[dict[str, Any]]) -> None:
-        with self.tx(run_id, durable=False) as conn:
-            cur = conn.cursor()
-            cur.executemany(self.q(self.INSERT_JOURNAL),
-                            [(run_id, e.key, e.kind, entry_to_json(e)) for e in intents])
-            cur.executemany(self.q(self.UPSERT_CAPABILITY),
-                            [(g["hash"], run_id, grant_to_json(g)) for g in grants])
-
-    def _commit_rows(self, run_id: str, steps: list[CommitStep]
-                     ) -> tuple[list[tuple[Any, ...]], ...]:
-        bindings = [self._binding_row(run_id, s.binding) for s in steps if not s.stored]
-        journal = [(run_id, s.entry.key, s.entry.kind, entry_to_json(s.entry)) for s in steps]
-        grants = [(s.ended_grant["hash"], run_id, grant_to_json(s.ended_grant)) for s in steps]
-        return bindings, journal, grants
+        self.write_all(run_id, [
+            (self.INSERT_JOURNAL, [_journal_row(run_id, e) for e in intents]),
+            (self.UPSERT_CAPABILITY, [_grant_row(run_id, g) for g in grants]),
+        ], durable=False)
 
     def read_journal(self, run_id: str) -> list[JournalEntry]:
         rows = self.fetch(run_id, "SELECT body FROM {p}journal WHERE run_id = ? ORDER BY seq",
@@ -286,8 +284,7 @@ class SqlBackend(Backend):
                          " ON CONFLICT (hash) DO UPDATE SET body = excluded.body")
 
     def put_capability(self, run_id: str, grant: dict[str, Any]) -> None:
-        self.write(run_id, self.UPSERT_CAPABILITY, (grant["hash"], run_id, grant_to_json(grant)),
-                   durable=False)
+        self.write(run_id, self.UPSERT_CAPABILITY, _grant_row(run_id, grant), durable=False)
 
     def list_capabilities(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.fetch(run_id, "SELECT body FROM {p}capabilities WHERE run_id = ?",
@@ -385,6 +382,14 @@ class SqlBackend(Backend):
     def read_state(self, run_id: str) -> str:
         rows = self.fetch(run_id, "SELECT state_md FROM {p}run WHERE id = ?", (run_id,))
         return (rows[0][0] or "") if rows else ""
+
+
+def _journal_row(run_id: str, entry: JournalEntry) -> tuple[Any, ...]:
+    return run_id, entry.key, entry.kind, entry_to_json(entry)
+
+
+def _grant_row(run_id: str, grant: dict[str, Any]) -> tuple[Any, ...]:
+    return grant["hash"], run_id, grant_to_json(grant)
 
 
 def _json(value: Any) -> Any:
@@ -581,29 +586,18 @@ class PostgresBackend(SqlBackend):
         with self.pool.connection() as conn:
             conn.execute(self.q(sql), params)
 
-    def start_sessions(self, run_id: str, intents: list[JournalEntry],
-                       grants: list[dict[str, Any]]) -> None:
-        if len(intents) == len(grants) == 1:  # one session: one statement, one round trip
-            self.write(run_id, f"WITH i AS ({self.INSERT_JOURNAL}) {self.UPSERT_CAPABILITY}",
-                       (run_id, intents[0].key, intents[0].kind, entry_to_json(intents[0]),
-                        grants[0]["hash"], run_id, grant_to_json(grants[0])), durable=False)
-        else:
-            super().start_sessions(run_id, intents, grants)
-
-    def commit(self, run_id: str, steps: list[CommitStep]) -> None:
-        """One session: binding, result record and ended grant as one statement
-        (data-modifying CTEs), so one round trip and one durable commit. A batch: one
-        transaction, its statements pipelined."""
-        if len(steps) > 1:
-            super().commit(run_id, steps)
+    def write_all(self, run_id: str, parts: list[tuple[str, list[tuple[Any, ...]]]], *,
+                  durable: bool) -> None:
+        """At most one row per statement (one session starting or finishing): a single
+        statement of data-modifying CTEs, one round trip. More: one transaction."""
+        rows = [(sql, part_rows[0]) for sql, part_rows in parts if part_rows]
+        if any(len(part_rows) > 1 for _, part_rows in parts) or not rows:
+            super().write_all(run_id, parts, durable=durable)
             return
-        bindings, journal, grants = self._commit_rows(run_id, steps)
-        parts = [(self.UPSERT_BINDING, row) for row in bindings]
-        parts += [(self.INSERT_JOURNAL, journal[0]), (self.UPSERT_CAPABILITY, grants[0])]
-        *first, (last, _) = parts
+        *first, (last, _) = rows
         ctes = ", ".join(f"s{i} AS ({sql})" for i, (sql, _) in enumerate(first))
-        params = tuple(value for _, values in parts for value in values)
-        self.write(run_id, f"WITH {ctes} {last}" if ctes else last, params, durable=True)
+        params = tuple(value for _, row in rows for value in row)
+        self.write(run_id, f"WITH {ctes} {last}" if ctes else last, params, durable=durable)
 
     def list_runs(self) -> list[RunRecord]:
         rows = self.fetch(None, self.RUN_COLUMNS + " WHERE position('/imports/' in id) = 0"
