@@ -13,6 +13,7 @@ from openprose.engine.errors import (
     SessionFailed,
     ThrownError,
 )
+from openprose.engine.interpreter import Interpreter
 
 
 def test_let_session_and_interpolation(harness):
@@ -126,6 +127,41 @@ def test_parallel_for_keeps_item_order(harness):
                               {"match": "do 1", "latency": 0.05}]})
     out = h.run('output r = parallel for x in [1, 2, 3]:\n  session "do {x}"\n')
     assert out["r"] == ["done 1", "done 2", "done 3"]
+
+
+def test_parallel_for_prepares_at_most_two_waves(harness):
+    """Iterations start as others end: twice the concurrency cap under way, never all 40."""
+    h = harness({"default_output": "v", "latency": 0.01})
+    under_way, most = 0, 0
+    spawn = Interpreter.spawn
+
+    async def counted(self, *args, **kwargs):
+        nonlocal under_way, most
+        under_way += 1
+        most = max(most, under_way)
+        try:
+            return await spawn(self, *args, **kwargs)
+        finally:
+            under_way -= 1
+
+    Interpreter.spawn = counted
+    try:
+        out = h.run("output r = parallel for x in [" + ", ".join(map(str, range(40))) + "]:\n"
+                    '  session "do {x}"\n', max_concurrency=3)
+    finally:
+        Interpreter.spawn = spawn
+    assert out["r"] == ["v"] * 40
+    assert most == 6
+
+
+def test_parallel_for_fail_fast_records_unstarted_iterations_cancelled(harness):
+    h = harness({"sessions": [{"match": "do 0", "fail": 9}], "latency": 0.05})
+    with pytest.raises(ParallelFailed):
+        h.run("parallel for x in [" + ", ".join(map(str, range(10))) + "]:\n"
+              '  session "do {x}"\n', max_concurrency=1)
+    cancelled = {key for key, status in h.journal.notes if status == "cancelled"}
+    assert cancelled == {f"0[{i}]" for i in range(1, 10)}
+    assert len(h.prompts()) < 10  # the iterations beyond the window never started
 
 
 def test_loop_until_checks_before_each_iteration(harness):

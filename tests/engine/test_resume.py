@@ -145,3 +145,18 @@ def test_interrupted_run_is_consistent_and_resumable(tmp_path):
         assert store.open_run(job.run_id).status == "interrupted"
     done, provider = _resume(tmp_path, job.run_id, {"default_output": "ok"}, "filesystem")
     assert done.outputs == {"c": "ok"} and _started(provider) == ["1", "2"]
+
+
+def test_objects_older_than_the_run_are_frozen_only_while_it_runs(tmp_path):
+    import gc
+
+    seen: list[int] = []
+    program = compile_or_raise(PROGRAM, "p.prose")
+    job = runner.Job(source=PROGRAM, file="p.prose", program=program, project_root=tmp_path,
+                     backend="filesystem", inputs={"topic": "X"},
+                     options=Options(sleep=_no_sleep))
+    outcome = asyncio.run(runner.execute(job, ScriptedProvider(BROKEN),
+                                         lambda event: seen.append(gc.get_freeze_count())))
+    assert outcome.status == "failed"  # unfrozen on failure too
+    assert min(seen) > 0
+    assert gc.get_freeze_count() == 0

@@ -590,9 +590,10 @@ class Interpreter:
 
     async def fan_out(self, makers: list[Callable[[], Any]], ctx: Ctx, node: n.Node
                       ) -> list[Value]:
-        """Run iterations concurrently (fail-fast); values in iteration order."""
+        """Run iterations concurrently (fail-fast); values in iteration order. Twice the
+        concurrency cap are under way at once: one wave calling the model, the next ready."""
         outcome = await join(makers, on_cancel=lambda i: self.cancelled(
-            keys.iteration(ctx.path, i), node))
+            keys.iteration(ctx.path, i), node), window=2 * self.options.max_concurrency)
         return [outcome.values.get(i) for i in range(len(makers))]
 
     def cancelled(self, key: str, node: n.Node) -> None:

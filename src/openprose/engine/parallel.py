@@ -31,16 +31,30 @@ async def join(
     on_fail: str = "fail-fast",
     count: int | None = None,
     on_cancel: Callable[[int], None] = lambda i: None,
+    window: int | None = None,
 ) -> Outcome:
-    """Run ``branches`` and return their outcome, or raise :class:`ParallelFailed`."""
-    tasks = {asyncio.create_task(make()): i for i, make in enumerate(branches)}
+    """Run ``branches`` and return their outcome, or raise :class:`ParallelFailed`.
+
+    With a ``window``, at most that many branches are under way at once; the next starts
+    when one ends. (A thousand branches started at once would spend the event loop's time
+    preparing work the concurrency cap keeps waiting anyway.)"""
+    tasks: dict[asyncio.Task[Any], int] = {}
     finished: asyncio.Queue[asyncio.Task[Any]] = asyncio.Queue()
-    for task in tasks:
-        task.add_done_callback(finished.put_nowait)
+    upcoming = iter(range(len(branches)))
+
+    def launch() -> None:
+        i = next(upcoming, None)
+        if i is not None:
+            task = asyncio.create_task(branches[i]())
+            tasks[task] = i
+            task.add_done_callback(finished.put_nowait)
+
+    for _ in range(window or len(branches)):
+        launch()
     outcome = Outcome()
     needed = count or 1
     try:
-        for _ in range(len(tasks)):
+        for _ in range(len(branches)):
             task = await finished.get()
             error = task.exception()
             if error is None:
@@ -51,15 +65,16 @@ async def join(
                 raise error
             if _settled(outcome, strategy, on_fail, needed):
                 break
+            launch()
     finally:
         pending = [task for task in tasks if not task.done()]
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        for task in pending:
-            outcome.cancelled.append(tasks[task])
-            on_cancel(tasks[task])
+        for i in [tasks[task] for task in pending] + list(upcoming):
+            outcome.cancelled.append(i)
+            on_cancel(i)
     _check(outcome, strategy, on_fail, needed, len(branches))
     return outcome
 

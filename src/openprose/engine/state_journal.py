@@ -24,6 +24,9 @@ from openprose.language import nodes as n
 
 # Rendering may take at most about 1/RENDER_SHARE of the run's wall time.
 RENDER_SHARE = 50
+# Sessions opened in one write at most: the first of many starting together need not wait
+# for the writes of all the others.
+OPEN_BATCH = 32
 _KINDS = {"let", "const", "output", "input", "param"}
 _STATUS = {"session_start": "executing", "session_retry": "retrying",
            "session_end": "complete", "session_reused": "complete",
@@ -116,15 +119,17 @@ class _OpenSession:
 
 
 class Batcher(Generic[Item, Result]):
-    """Group writes that arrive while one is under way: the next write takes them all, on a
-    worker thread so the event loop keeps going. ``write`` gets a batch and returns one
-    result per item (a value, or the exception for that item). ``orphan`` is called with the
-    result of an item whose waiter was cancelled meanwhile."""
+    """Group writes that arrive while one is under way: the next write takes them all (or
+    the first ``max_batch``), on a worker thread so the event loop keeps going. ``write``
+    gets a batch and returns one result per item (a value, or the exception for that item).
+    ``orphan`` is called with the result of an item whose waiter was cancelled meanwhile."""
 
     def __init__(self, write: Callable[[list[Item]], list[Result | Exception]],
-                 orphan: Callable[[Result], None] | None = None) -> None:
+                 orphan: Callable[[Result], None] | None = None,
+                 max_batch: int | None = None) -> None:
         self.write = write
         self.orphan = orphan
+        self.max_batch = max_batch
         self.waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self.writer: asyncio.Task[None] | None = None
 
@@ -138,7 +143,8 @@ class Batcher(Generic[Item, Result]):
     async def _drain(self) -> None:
         try:
             while self.waiting:
-                batch, self.waiting = self.waiting, []
+                cut = self.max_batch or len(self.waiting)
+                batch, self.waiting = self.waiting[:cut], self.waiting[cut:]
                 try:
                     results = await asyncio.to_thread(self.write, [item for item, _ in batch])
                 except Exception as err:  # nothing was written: every waiter learns why
@@ -167,7 +173,8 @@ class StateJournal:
         self.run = run
         # Sessions that start or finish while others are in flight share one write.
         self.opener: Batcher[SessionSpec, _OpenSession] = Batcher(
-            self.open_sessions, lambda opened: opened.abort("cancelled"))
+            self.open_sessions, lambda opened: opened.abort("cancelled"),
+            max_batch=OPEN_BATCH)
         self.committer: Batcher[state.Completion, state.Binding] = Batcher(
             self.run.complete_sessions)  # type: ignore[arg-type]
         self.writes_wait = run.store.writes_wait

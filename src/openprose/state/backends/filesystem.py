@@ -8,6 +8,7 @@ crash, :meth:`repair` rewrites any binding file the journal knows better.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -42,6 +43,8 @@ SEPARATOR = "\n```\n\n---\n\n"
 # VM, or by a session before it finished): repair leaves such a file alone.
 WRITE_NOTE = '{"kind":"write",'
 LOGS = ("journal.jsonl", "frames.jsonl", "capabilities.jsonl")
+_TEMP_NUMBERS = itertools.count()
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
 def read_exact(path: Path) -> str:
@@ -53,16 +56,35 @@ def read_exact(path: Path) -> str:
 def atomic_write(path: Path, text: str, *, durable: bool = False) -> None:
     """Write ``text`` to ``path`` via a temp file and rename; fsync file and directory if
     ``durable``. Readers never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(temp, "w", encoding="utf-8", newline="") as handle:
-        handle.write(text)
+    temp, fd = _create_temp(path)
+    try:
+        data = memoryview(text.encode("utf-8"))
+        while data:
+            data = data[os.write(fd, data):]
         if durable:
-            handle.flush()
-            os.fsync(handle.fileno())
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(temp)
+        raise
+    os.close(fd)
     os.replace(temp, path)
     if durable:
         fsync_dir(path.parent)
+
+
+def _create_temp(path: Path) -> tuple[str, int]:
+    """A new temp file beside ``path``, named by process and counter (no random bytes to
+    fetch); a name a crashed process left behind is skipped."""
+    while True:
+        temp = f"{path.parent}{os.sep}.{path.name}.{os.getpid()}-{next(_TEMP_NUMBERS)}.tmp"
+        try:
+            return temp, os.open(temp, _CREATE, 0o644)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return temp, os.open(temp, _CREATE, 0o644)
 
 
 def fsync_dir(path: Path) -> None:
@@ -330,6 +352,18 @@ class FilesystemBackend(Backend):
 
     def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None:
         self._append(run_id, "journal.jsonl", entry_to_json(entry), durable=durable)
+
+    def start_sessions(self, run_id: str, intents: list[JournalEntry],
+                       grants: list[dict[str, Any]]) -> None:
+        """One append to the journal and one to capabilities.jsonl for the lot."""
+        if intents:
+            self._append(run_id, "journal.jsonl", "\n".join(map(entry_to_json, intents)),
+                         durable=False)
+        for grant in grants:
+            self._capabilities[grant["hash"]] = (run_id, grant)
+        if grants:
+            self._append(run_id, "capabilities.jsonl", "\n".join(map(grant_to_json, grants)),
+                         durable=False)
 
     def commit(self, run_id: str, steps: list[CommitStep]) -> None:
         """Binding files first, then the result records with one fsync for the batch (the
