@@ -9,6 +9,7 @@ resumed run reuses what already finished.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -97,6 +98,10 @@ class Totals:
     reused: int = 0
     in_flight: int = 0
     usage: Usage = field(default_factory=Usage)
+    typical_call: float = 0.0  # seconds a provider call takes, a moving average
+
+    def note_call(self, seconds: float) -> None:
+        self.typical_call += (seconds - self.typical_call) * (0.1 if self.typical_call else 1)
 
 
 class Interpreter:
@@ -367,7 +372,9 @@ class Interpreter:
                     persistent=persist is not None, skills=merged.skills, attempt=attempt)
                 try:
                     async with self.semaphore:
+                        called = time.monotonic()
                         result = await self.provider.run_session(request, handle.io)
+                        self.totals.note_call(time.monotonic() - called)
                     break
                 except ProviderError as err:
                     if not err.retryable or attempt == policy.attempts:
@@ -591,9 +598,13 @@ class Interpreter:
     async def fan_out(self, makers: list[Callable[[], Any]], ctx: Ctx, node: n.Node
                       ) -> list[Value]:
         """Run iterations concurrently (fail-fast); values in iteration order. Twice the
-        concurrency cap are under way at once: one wave calling the model, the next ready."""
+        concurrency cap are under way at once: one wave calling the model, the next ready.
+        An iteration that ends makes room for the next a quarter of a typical model call
+        later (50 ms at most): the wave after next is prepared while this one waits on the
+        model, not while the event loop is handing this one's slots over."""
         outcome = await join(makers, on_cancel=lambda i: self.cancelled(
-            keys.iteration(ctx.path, i), node), window=2 * self.options.max_concurrency)
+            keys.iteration(ctx.path, i), node), window=2 * self.options.max_concurrency,
+            refill_delay=lambda: min(self.totals.typical_call / 4, 0.05))
         return [outcome.values.get(i) for i in range(len(makers))]
 
     def cancelled(self, key: str, node: n.Node) -> None:

@@ -32,18 +32,21 @@ async def join(
     count: int | None = None,
     on_cancel: Callable[[int], None] = lambda i: None,
     window: int | None = None,
+    refill_delay: Callable[[], float] = lambda: 0.0,
 ) -> Outcome:
     """Run ``branches`` and return their outcome, or raise :class:`ParallelFailed`.
 
-    With a ``window``, at most that many branches are under way at once; the next starts
-    when one ends. (A thousand branches started at once would spend the event loop's time
-    preparing work the concurrency cap keeps waiting anyway.)"""
+    With a ``window``, at most that many branches are under way at once (a thousand started
+    at once would spend the event loop's time preparing work the concurrency cap keeps
+    waiting anyway); when one ends, the next starts ``refill_delay()`` seconds later."""
+    loop = asyncio.get_running_loop()
+    closed = False
     tasks: dict[asyncio.Task[Any], int] = {}
     finished: asyncio.Queue[asyncio.Task[Any]] = asyncio.Queue()
     upcoming = iter(range(len(branches)))
 
     def launch() -> None:
-        i = next(upcoming, None)
+        i = None if closed else next(upcoming, None)
         if i is not None:
             task = asyncio.create_task(branches[i]())
             tasks[task] = i
@@ -65,8 +68,13 @@ async def join(
                 raise error
             if _settled(outcome, strategy, on_fail, needed):
                 break
-            launch()
+            delay = refill_delay()
+            if delay > 0.001:
+                loop.call_later(delay, launch)
+            else:
+                launch()
     finally:
+        closed = True
         pending = [task for task in tasks if not task.done()]
         for task in pending:
             task.cancel()

@@ -14,6 +14,7 @@ NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 SLUG_RE = re.compile(r"^@?[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[a-z0-9]{6}$")
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _reject_unsafe(value: str, what: str) -> None:
@@ -21,7 +22,7 @@ def _reject_unsafe(value: str, what: str) -> None:
         raise InvalidNameError(f"{what} must be a non-empty string")
     if len(value) > MAX_NAME:
         raise InvalidNameError(f"{what} is longer than {MAX_NAME} characters")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+    if _CONTROL.search(value):
         raise InvalidNameError(f"{what} {value!r} contains a control character")
     if "/" in value or "\\" in value or value in (".", ".."):
         raise InvalidNameError(f"{what} {value!r} must not contain path separators or be '.'/'..'")

@@ -1,0 +1,60 @@
+"""``parallel.join`` with a window: how many branches run at once, and when the next starts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from openprose.engine.errors import ParallelFailed, ProgramError
+from openprose.engine.parallel import join
+
+
+def _branches(seconds: list[float], started: dict[int, float], fail: int = -1,
+              cleanup: float = 0.0):
+    """Branch i sleeps seconds[i]; ``fail`` raises; a cancelled branch takes ``cleanup``."""
+    def make(i: int):
+        async def branch() -> int:
+            started[i] = time.monotonic()
+            try:
+                await asyncio.sleep(seconds[i])
+            except asyncio.CancelledError:
+                await asyncio.sleep(cleanup)
+                raise
+            if i == fail:
+                raise ProgramError(f"branch {i} failed")
+            return i * 2
+        return branch
+    return [make(i) for i in range(len(seconds))]
+
+
+def test_window_starts_the_next_branch_after_the_refill_delay():
+    started: dict[int, float] = {}
+
+    async def main():
+        began = time.monotonic()
+        outcome = await join(_branches([0] * 4, started), window=2, refill_delay=lambda: 0.05)
+        return began, outcome
+
+    began, outcome = asyncio.run(main())
+    assert outcome.values == {0: 0, 1: 2, 2: 4, 3: 6}
+    assert started[1] - began < 0.04
+    assert started[2] - began >= 0.05 and started[3] - began >= 0.05
+
+
+def test_no_branch_starts_once_a_join_has_failed():
+    """Branch 0 ends and schedules a refill; branch 1 fails before the refill is due, and
+    the refill comes due while branch 2 is still being cancelled."""
+    started: dict[int, float] = {}
+    cancelled: list[int] = []
+
+    async def main():
+        with pytest.raises(ParallelFailed):
+            await join(_branches([0.005, 0.02, 1, 1, 1], started, fail=1, cleanup=0.1),
+                       window=3, refill_delay=lambda: 0.05, on_cancel=cancelled.append)
+        await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    assert sorted(started) == [0, 1, 2]
+    assert sorted(cancelled) == [2, 3, 4]
