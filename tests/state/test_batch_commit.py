@@ -85,3 +85,20 @@ def test_sessions_start_together_in_one_write(stores) -> None:
     assert run.complete_sessions([Completion(g.token, f"k{i}", value=f"v{i}")
                                   for i, g in enumerate(live)])[3].value == "v3"
     assert stores.open().open_run(run.id).read_binding(BindingRef("b4")).value == "v3"
+
+
+def test_two_sessions_of_one_binding_finishing_together_leave_the_later_value(stores) -> None:
+    """Iterations of a ``parallel for`` may bind the same name; one batch holds both."""
+    store = stores.open()
+    run = store.create_run('let x = session "x"\n', "main.prose")
+    ref = BindingRef("x")
+    first = run.grant_session(ref, "let", 'let x = session "x"')
+    second = run.grant_session(ref, "let", 'let x = session "x"')
+
+    results = run.complete_sessions([Completion(first.token, "a", "ha", "one"),
+                                     Completion(second.token, "b", "hb", "two")])
+
+    assert [r.value for r in results] == ["one", "two"]
+    reopened = stores.open().open_run(run.id)
+    assert reopened.read_binding(ref).value == "two"
+    assert (reopened.journal("a").value, reopened.journal("b").value) == ("one", "two")

@@ -7,6 +7,7 @@ durable steps commit with a synchronous flush, the rest (intents, grants, frames
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sqlite3
 import threading
@@ -546,6 +547,7 @@ class PostgresBackend(SqlBackend):
         check_name(schema, "schema name")
         self.schema = schema
         self.prefix = f'"{schema}".'
+        self.raw_cursor = psycopg.RawCursor
         self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=False,
                                    kwargs={"autocommit": True})
         try:
@@ -588,16 +590,26 @@ class PostgresBackend(SqlBackend):
 
     def write_all(self, run_id: str, parts: list[tuple[str, list[tuple[Any, ...]]]], *,
                   durable: bool) -> None:
-        """At most one row per statement (one session starting or finishing): a single
-        statement of data-modifying CTEs, one round trip. More: one transaction."""
-        rows = [(sql, part_rows[0]) for sql, part_rows in parts if part_rows]
-        if any(len(part_rows) > 1 for _, part_rows in parts) or not rows:
+        """Every statement's rows as one multi-row VALUES list, and the statements as one
+        statement of data-modifying CTEs: one round trip however many sessions start or
+        finish together. Of the rows an upsert would touch twice, the last stands."""
+        statements: list[str] = []
+        params: list[Any] = []
+        for sql, rows in parts:
+            if rows:
+                rows = _last_per_conflict(sql, rows)
+                statements.append(_numbered_values(sql, len(rows), len(params) + 1))
+                params.extend(value for row in rows for value in row)
+        if not statements:
+            return
+        if len(params) > MAX_PARAMETERS:
             super().write_all(run_id, parts, durable=durable)
             return
-        *first, (last, _) = rows
-        ctes = ", ".join(f"s{i} AS ({sql})" for i, (sql, _) in enumerate(first))
-        params = tuple(value for _, row in rows for value in row)
-        self.write(run_id, f"WITH {ctes} {last}" if ctes else last, params, durable=durable)
+        *first, last = statements
+        ctes = ", ".join(f"s{i} AS ({sql})" for i, sql in enumerate(first))
+        statement = (f"WITH {ctes} {last}" if ctes else last).replace("{p}", self.prefix)
+        with self.pool.connection() as conn:  # numbered parameters: psycopg parses nothing
+            self.raw_cursor(conn).execute(statement, params)
 
     def list_runs(self) -> list[RunRecord]:
         rows = self.fetch(None, self.RUN_COLUMNS + " WHERE position('/imports/' in id) = 0"
@@ -618,6 +630,43 @@ class PostgresBackend(SqlBackend):
 
     def close(self) -> None:
         self.pool.close()
+
+
+# PostgreSQL takes at most 65,535 parameters in one statement.
+MAX_PARAMETERS = 60_000
+
+
+def _values_group(sql: str) -> str:
+    start = sql.index("VALUES (") + len("VALUES ")
+    return sql[start : sql.index(")", start) + 1]
+
+
+def _numbered_values(sql: str, rows: int, first: int) -> str:
+    """``INSERT ... VALUES (?,?)`` for ``rows`` rows, in PostgreSQL's numbered parameters
+    from ``$first`` on."""
+    group = _values_group(sql)
+    width = group.count("?")
+    numbered = ",".join("(" + ",".join(f"${first + row * width + column}"
+                                       for column in range(width)) + ")"
+                        for row in range(rows))
+    return sql.replace(group, numbered, 1)
+
+
+@functools.lru_cache(maxsize=32)
+def _conflict_columns(sql: str) -> tuple[int, ...]:
+    """Positions, in an upsert's row, of the columns of its ``ON CONFLICT (...)`` key."""
+    if "ON CONFLICT (" not in sql:
+        return ()
+    columns = [c.strip() for c in sql[sql.index("(") + 1 : sql.index(")")].split(",")]
+    key = sql[sql.index("ON CONFLICT (") + len("ON CONFLICT (") :]
+    return tuple(columns.index(c.strip()) for c in key[: key.index(")")].split(","))
+
+
+def _last_per_conflict(sql: str, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    key = _conflict_columns(sql)
+    if not key or len(rows) < 2:
+        return rows
+    return list({tuple(row[i] for i in key): row for row in rows}.values())
 
 
 def _redact(url: str) -> str:
