@@ -6,7 +6,8 @@ Prints, per backend: the per-statement overhead of N sequential sessions on a ze
 scripted provider with the default durability (each session's binding and result record
 durable before the next statement), the same at N/10 statements (the cost must not grow with
 program length), the marginal cost of one more statement (fixed start-up left out), and the
-size of the state the N-session run leaves with 100-byte outputs.
+size of the state the N-session run leaves with 100-byte outputs. Each is the median of
+``--repeats`` runs, with their range.
 Then, per backend, the wall time of a ``parallel for`` over 1,000 items at 100 ms latency and
 concurrency 100, as a ratio to the ideal 1.0 s: of the statement (from its start until the next
 statement starts, every session's result committed) and of the whole run (creating and
@@ -107,7 +108,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--backends", default="filesystem,sqlite,postgres")
-    parser.add_argument("--repeats", type=int, default=5, help="fan-out runs per backend")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="runs of each measurement per backend")
     args = parser.parse_args()
     backends = args.backends.split(",")
     if "postgres" in backends and not (os.environ.get("OPENPROSE_POSTGRES_URL")
@@ -133,16 +135,21 @@ def main() -> None:
 
 def _measure(backends: list[str], sessions: int, repeats: int) -> None:
     n, small = sessions, max(1, sessions // 10)
-    print(f"{'backend':<11} {'ms/stmt @' + str(n):>13} {'ms/stmt @' + str(small):>13} "
-          f"{'marginal':>10} {'state size':>12}")
+    print(f"sequential sessions, ms per statement (median of {repeats} runs, range in brackets)")
+    print(f"{'backend':<11} {'@' + str(n):>22} {'@' + str(small):>22} {'marginal':>9} "
+          f"{'state size':>11}")
     for backend in backends:
-        per_big, size = sequential(backend, n)
-        per_small, _ = sequential(backend, small)
+        big, small_runs, size = [], [], -1
+        for _ in range(repeats):
+            per_big, size = sequential(backend, n)
+            big.append(per_big * 1e3)
+            small_runs.append(sequential(backend, small)[0] * 1e3)
+        per_big, per_small = statistics.median(big), statistics.median(small_runs)
         # What one more statement costs, without the run's fixed start and finish.
         marginal = (per_big * n - per_small * small) / (n - small) if n > small else per_big
         shown = f"{size / 1e6:.2f} MB" if size >= 0 else "(in db)"
-        print(f"{backend:<11} {per_big * 1e3:>13.3f} {per_small * 1e3:>13.3f} "
-              f"{marginal * 1e3:>10.3f} {shown:>12}")
+        print(f"{backend:<11} {_spread(big, ''):>22} {_spread(small_runs, ''):>22} "
+              f"{marginal:>9.3f} {shown:>11}")
     print(f"parallel for: 1,000 items × 100 ms at concurrency 100, wall time / ideal 1.0 s "
           f"(median of {repeats} runs, range in brackets)")
     print(f"{'backend':<11} {'statement':>22} {'whole run':>22}")
@@ -152,8 +159,8 @@ def _measure(backends: list[str], sessions: int, repeats: int) -> None:
               f"{_spread([r[1] for r in runs]):>22}")
 
 
-def _spread(ratios: list[float]) -> str:
-    return f"{statistics.median(ratios):.3f}× [{min(ratios):.3f}–{max(ratios):.3f}]"
+def _spread(values: list[float], unit: str = "×") -> str:
+    return f"{statistics.median(values):.3f}{unit} [{min(values):.3f}–{max(values):.3f}]"
 
 
 if __name__ == "__main__":
