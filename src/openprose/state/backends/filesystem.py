@@ -43,7 +43,7 @@ SEPARATOR = "\n```\n\n---\n\n"
 # VM, or by a session before it finished): repair leaves such a file alone.
 WRITE_NOTE = '{"kind":"write",'
 LOGS = ("journal.jsonl", "frames.jsonl", "capabilities.jsonl")
-_TEMP_NUMBERS = itertools.count()
+_TEMP_NUMBERS = itertools.count()  # temp files: .{name}.{pid}-{number}.tmp
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
