@@ -58,3 +58,22 @@ def test_no_branch_starts_once_a_join_has_failed():
     asyncio.run(main())
     assert sorted(started) == [0, 1, 2]
     assert sorted(cancelled) == [2, 3, 4]
+
+
+def test_failures_after_the_deciding_one_are_not_left_unretrieved(caplog):
+    import gc
+
+    async def main():
+        with pytest.raises(ParallelFailed):
+            await join(_branches([0.01] * 6, {}, fail=0) + [_fails_at(0.01)] * 3)
+
+    def _fails_at(seconds: float):
+        async def branch() -> None:
+            await asyncio.sleep(seconds)
+            raise ProgramError("also failed")
+        return branch
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        asyncio.run(main())
+        gc.collect()
+    assert "never retrieved" not in caplog.text

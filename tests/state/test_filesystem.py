@@ -437,3 +437,22 @@ def test_atomic_write_that_fails_keeps_the_old_file_and_no_temp(tmp_path, monkey
     monkeypatch.undo()
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["x.md"]
+
+
+def test_a_record_need_not_be_flushed_on_its_own(fs_stores, program, monkeypatch):
+    from openprose.state.backends import filesystem
+
+    store = fs_stores.open()
+    run = store.create_run(program, "main.prose")
+    run.record_result("2", status="completed", value="first")  # the journal exists now
+    flushes: list[int] = []
+    real_fsync = filesystem.os.fsync
+    monkeypatch.setattr(filesystem.os, "fsync", lambda fd: flushes.append(fd) or real_fsync(fd))
+    for i in range(50):
+        run.record_result(f"3[{i}]", status="cancelled", durable=False)
+    assert flushes == []
+    run.record_result("4", status="failed", error="boom")
+    assert len(flushes) == 1  # and that one flush covers the fifty before it
+    monkeypatch.undo()
+    reopened = fs_stores.open().open_run(run.id)
+    assert [reopened.journal(f"3[{i}]").status for i in range(50)] == ["cancelled"] * 50

@@ -80,6 +80,9 @@ async def join(
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        for task in tasks:  # failures after the deciding one are seen (never "not retrieved")
+            if not task.cancelled():
+                task.exception()
         for i in [tasks[task] for task in pending] + list(upcoming):
             outcome.cancelled.append(i)
             on_cancel(i)

@@ -502,10 +502,13 @@ class Run:
 
     def record_result(self, key: str, *, input_hash: str = "", binding: BindingRef | None = None,
                       value: Any = None, usage: Usage | None = None, status: str = "completed",
-                      error: str | None = None, meta: dict[str, Any] | None = None) -> None:
+                      error: str | None = None, meta: dict[str, Any] | None = None,
+                      durable: bool = True) -> None:
+        """A step's outcome. A record resume need not find (a step cancelled, which it runs
+        again anyway) may skip its own flush with ``durable=False``."""
         entry = JournalEntry(key, "result", input_hash, status, binding, value, "", error,
                              usage or Usage(), meta or {})
-        self.backend.append_journal(self.id, entry, durable=True)
+        self.backend.append_journal(self.id, entry, durable=durable)
         self._remember(entry)
 
     def journal(self, key: str) -> JournalEntry | None:
