@@ -449,7 +449,7 @@ def test_a_record_need_not_be_flushed_on_its_own(fs_stores, program, monkeypatch
     real_fsync = filesystem.os.fsync
     monkeypatch.setattr(filesystem.os, "fsync", lambda fd: flushes.append(fd) or real_fsync(fd))
     for i in range(50):
-        run.record_result(f"3[{i}]", status="cancelled", durable=False)
+        run.record_result(f"3[{i}]", status="cancelled")
     assert flushes == []
     run.record_result("4", status="failed", error="boom")
     assert len(flushes) == 1  # and that one flush covers the fifty before it

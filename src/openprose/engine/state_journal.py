@@ -112,10 +112,9 @@ class _OpenSession:
 
     def abort(self, error: str) -> None:
         run = self.journal.run
-        cancelled = error == "cancelled"  # many at once when a fan-out fails: no flush each
-        run.record_result(self.spec.key, input_hash=self.spec.input_hash,
-                          status="cancelled" if cancelled else "failed", error=error,
-                          durable=not cancelled)
+        status = "cancelled" if error == "cancelled" else "failed"
+        run.record_result(self.spec.key, input_hash=self.spec.input_hash, status=status,
+                          error=error)
         run.end_session(self.grant.token)
 
 
@@ -257,7 +256,7 @@ class StateJournal:
         self.run.pop_frame(execution_id)
 
     def note(self, key: str, status: str, source: str, line: int) -> None:
-        self.run.record_result(key, status=status, durable=status != "cancelled")
+        self.run.record_result(key, status=status)
 
     def record_imports(self, imports: dict[str, Imported]) -> None:
         for alias, imported in imports.items():

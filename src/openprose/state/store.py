@@ -502,13 +502,12 @@ class Run:
 
     def record_result(self, key: str, *, input_hash: str = "", binding: BindingRef | None = None,
                       value: Any = None, usage: Usage | None = None, status: str = "completed",
-                      error: str | None = None, meta: dict[str, Any] | None = None,
-                      durable: bool = True) -> None:
-        """A step's outcome. A record resume need not find (a step cancelled, which it runs
-        again anyway) may skip its own flush with ``durable=False``."""
+                      error: str | None = None, meta: dict[str, Any] | None = None) -> None:
+        """A step's outcome, durable, except a cancelled step's: resume runs that step again
+        anyway, so its record rides on the next flush (a failing fan-out cancels hundreds)."""
         entry = JournalEntry(key, "result", input_hash, status, binding, value, "", error,
                              usage or Usage(), meta or {})
-        self.backend.append_journal(self.id, entry, durable=durable)
+        self.backend.append_journal(self.id, entry, durable=status != "cancelled")
         self._remember(entry)
 
     def journal(self, key: str) -> JournalEntry | None:

@@ -359,11 +359,7 @@ class FilesystemBackend(Backend):
         if intents:
             self._append(run_id, "journal.jsonl", "\n".join(map(entry_to_json, intents)),
                          durable=False)
-        for grant in grants:
-            self._capabilities[grant["hash"]] = (run_id, grant)
-        if grants:
-            self._append(run_id, "capabilities.jsonl", "\n".join(map(grant_to_json, grants)),
-                         durable=False)
+        self._put_capabilities(run_id, grants)
 
     def commit(self, run_id: str, steps: list[CommitStep]) -> None:
         """Binding files first, then the result records with one fsync for the batch (the
@@ -376,10 +372,7 @@ class FilesystemBackend(Backend):
             meta = {**step.entry.meta, "kind": step.binding.kind, "source": step.binding.source}
             lines.append(entry_to_json(JournalEntry(**{**_fields(step.entry), "meta": meta})))
         self._append(run_id, "journal.jsonl", "\n".join(lines), durable=True)
-        for step in steps:
-            self._capabilities[step.ended_grant["hash"]] = (run_id, step.ended_grant)
-        self._append(run_id, "capabilities.jsonl",
-                     "\n".join(grant_to_json(step.ended_grant) for step in steps), durable=False)
+        self._put_capabilities(run_id, [step.ended_grant for step in steps])
 
     def read_journal(self, run_id: str) -> list[JournalEntry]:
         return [entry_from_json(line) for line in self._lines(run_id, "journal.jsonl")
@@ -406,8 +399,15 @@ class FilesystemBackend(Backend):
         return list(frames.values())
 
     def put_capability(self, run_id: str, grant: dict[str, Any]) -> None:
-        self._capabilities[grant["hash"]] = (run_id, grant)
-        self._append(run_id, "capabilities.jsonl", grant_to_json(grant), durable=False)
+        self._put_capabilities(run_id, [grant])
+
+    def _put_capabilities(self, run_id: str, grants: list[dict[str, Any]]) -> None:
+        """Cache the grants and append them to capabilities.jsonl in one write."""
+        for grant in grants:
+            self._capabilities[grant["hash"]] = (run_id, grant)
+        if grants:
+            self._append(run_id, "capabilities.jsonl", "\n".join(map(grant_to_json, grants)),
+                         durable=False)
 
     def find_capability(self, token_hash: str, run_id: str | None = None
                         ) -> tuple[str, dict[str, Any]] | None:

@@ -7,7 +7,6 @@ durable steps commit with a synchronous flush, the rest (intents, grants, frames
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import sqlite3
 import threading
@@ -248,9 +247,10 @@ class SqlBackend(Backend):
         self.write(run_id, self.INSERT_JOURNAL, _journal_row(run_id, entry), durable=durable)
 
     def commit(self, run_id: str, steps: list[CommitStep]) -> None:
+        # Two sessions of one binding may finish in one batch: the later value stands.
+        latest = {s.binding.ref: s.binding for s in steps if not s.stored}
         self.write_all(run_id, [
-            (self.UPSERT_BINDING,
-             [self._binding_row(run_id, s.binding) for s in steps if not s.stored]),
+            (self.UPSERT_BINDING, [self._binding_row(run_id, b) for b in latest.values()]),
             (self.INSERT_JOURNAL, [_journal_row(run_id, s.entry) for s in steps]),
             (self.UPSERT_CAPABILITY, [_grant_row(run_id, s.ended_grant) for s in steps]),
         ], durable=True)
@@ -592,12 +592,11 @@ class PostgresBackend(SqlBackend):
                   durable: bool) -> None:
         """Every statement's rows as one multi-row VALUES list, and the statements as one
         statement of data-modifying CTEs: one round trip however many sessions start or
-        finish together. Of the rows an upsert would touch twice, the last stands."""
+        finish together. (An upsert's rows must not repeat a key.)"""
         statements: list[str] = []
         params: list[Any] = []
         for sql, rows in parts:
             if rows:
-                rows = _last_per_conflict(sql, rows)
                 statements.append(_numbered_values(sql, len(rows), len(params) + 1))
                 params.extend(value for row in rows for value in row)
         if not statements:
@@ -650,23 +649,6 @@ def _numbered_values(sql: str, rows: int, first: int) -> str:
                                        for column in range(width)) + ")"
                         for row in range(rows))
     return sql.replace(group, numbered, 1)
-
-
-@functools.lru_cache(maxsize=32)
-def _conflict_columns(sql: str) -> tuple[int, ...]:
-    """Positions, in an upsert's row, of the columns of its ``ON CONFLICT (...)`` key."""
-    if "ON CONFLICT (" not in sql:
-        return ()
-    columns = [c.strip() for c in sql[sql.index("(") + 1 : sql.index(")")].split(",")]
-    key = sql[sql.index("ON CONFLICT (") + len("ON CONFLICT (") :]
-    return tuple(columns.index(c.strip()) for c in key[: key.index(")")].split(","))
-
-
-def _last_per_conflict(sql: str, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    key = _conflict_columns(sql)
-    if not key or len(rows) < 2:
-        return rows
-    return list({tuple(row[i] for i in key): row for row in rows}.values())
 
 
 def _redact(url: str) -> str:
