@@ -1,0 +1,1 @@
+"""The MCP server: hosts drive and read runs through tools, resources and prompts."""
