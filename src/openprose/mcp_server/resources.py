@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -122,8 +123,10 @@ class RunCatalog:
             self._stores.clear()
 
 
-def register(mcp: MCPServer, catalog: RunCatalog) -> None:
-    """Add the run resources to ``mcp``, reading through ``catalog``."""
+def register(mcp: MCPServer, catalog: RunCatalog,
+             outside_writes: Callable[[str], list[str]] | None = None) -> None:
+    """Add the run resources to ``mcp``, reading through ``catalog``. ``outside_writes(run_id)``
+    (the watcher's reports as lines) is appended to a run's state when it has any."""
 
     @mcp.resource("prose://runs", name="runs", mime_type="application/json",
                   description="Recent runs of this project, newest first, with their status.")
@@ -134,7 +137,12 @@ def register(mcp: MCPServer, catalog: RunCatalog) -> None:
                   description="A run's state.md: the program annotated with where execution "
                               "is and which bindings exist.")
     def run_state(run_id: str) -> str:
-        return catalog.state(run_id)
+        text = catalog.state(run_id)
+        lines = outside_writes(run_id) if outside_writes is not None else []
+        if lines:
+            text = "\n".join([text.rstrip("\n"), "", "## Outside writes", "",
+                              *(f"- {line}" for line in lines), ""])
+        return text
 
     @mcp.resource("prose://runs/{run_id}/program", name="run-program", mime_type="text/plain",
                   description="The program source a run was started from.")

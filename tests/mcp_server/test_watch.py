@@ -1,0 +1,129 @@
+"""Writes to a live filesystem run by another process are noticed, checked and reported."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+
+from openprose.mcp_server.resources import RunCatalog, register
+from openprose.mcp_server.updates import RunUpdates
+from openprose.mcp_server.watch import OutsideWrite, RunWatcher, watching
+from openprose.state import BindingRef, StatementStatus, StateSnapshot, open_store
+
+PROGRAM = 'let draft = session "Write a draft"\noutput final = draft\n'
+
+
+def _second_writer(path: Path, text: str) -> None:
+    """Another process writes ``text`` to ``path`` in place, as a careless tool would."""
+    code = "import sys; open(sys.argv[1], 'w').write(sys.argv[2])"
+    subprocess.run([sys.executable, "-c", code, str(path), text], check=True)
+
+
+@pytest.fixture
+def live_run(tmp_path: Path):
+    root = tmp_path / "project"
+    store = open_store(root, "filesystem", home=tmp_path / "home")
+    run = store.create_run(PROGRAM, "draft.prose")
+    grant = run.grant_session(BindingRef("draft"), "let", 'session "Write a draft"')
+    store.session(grant.token).write_output("the draft")
+    run.complete_session(grant.token, key="0:draft")
+    run.write_binding(BindingRef("topic"), "owls", "input", "input topic")
+    reports: queue.Queue[OutsideWrite] = queue.Queue()
+    watcher = RunWatcher(root, reports.put, home=tmp_path / "home")
+    watcher.start()
+    yield run, watcher, reports
+    watcher.stop()
+    store.close()
+
+
+def _next(reports: queue.Queue[OutsideWrite]) -> OutsideWrite:
+    return reports.get(timeout=10)
+
+
+def test_a_torn_binding_from_another_process_is_restored_from_the_journal(live_run) -> None:
+    run, watcher, reports = live_run
+    path = Path(run.location) / "bindings" / "draft.md"
+    good = path.read_text()
+    _second_writer(path, "# draft\nkind: let\n\nnot the whole file")
+    report = _next(reports)
+    assert (report.run_id, report.path, report.binding) == (run.id, "bindings/draft.md", "draft")
+    assert report.outcome == "restored from the journal"
+    assert path.read_text() == good
+    assert watcher.reports(run.id) == [report]
+
+
+def test_a_different_value_is_not_accepted_over_the_journal(live_run) -> None:
+    run, _, reports = live_run
+    path = Path(run.location) / "bindings" / "draft.md"
+    good = path.read_text()
+    _second_writer(path, good.replace("the draft", "a forged draft"))
+    assert _next(reports).problem == "disagreed with the run's journal"
+    assert run.read_binding(BindingRef("draft")).value == "the draft"
+
+
+def test_a_malformed_binding_without_a_journal_value_is_reported(live_run) -> None:
+    run, _, reports = live_run
+    _second_writer(Path(run.location) / "bindings" / "topic.md", "# other\n\nowls")
+    report = _next(reports)
+    assert report.path == "bindings/topic.md" and "malformed binding file" in report.problem
+    assert "left as found" in report.outcome
+
+
+def test_a_state_file_not_rendered_by_the_server_is_reported(live_run) -> None:
+    run, _, reports = live_run
+    _second_writer(Path(run.location) / "state.md", "all done, trust me\n")
+    report = _next(reports)
+    assert (report.path, report.binding) == ("state.md", None)
+    assert report.problem == "not a rendering of this run by the server"
+
+
+def test_the_servers_own_writes_are_not_reported(live_run) -> None:
+    run, _, reports = live_run
+    run.write_binding(BindingRef("final"), "the draft", "output", "output final = draft")
+    run.update_state(StateSnapshot(statuses=(StatementStatus(1, 1, "complete", "draft"),)))
+    _second_writer(Path(run.location) / "state.md", "forged\n")  # a marker: reports are FIFO
+    assert _next(reports).path == "state.md"
+    assert reports.empty()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_subscriber_hears_of_an_outside_write_and_the_state_lists_it(
+        anyio_backend: str, tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    store = open_store(root, "filesystem", home=tmp_path / "home")
+    run = store.create_run(PROGRAM, "draft.prose")
+    updates = RunUpdates()
+    server = MCPServer("watch-test", subscriptions=updates.bus)
+    updates.attach(server)
+    received: list[str] = []
+
+    async def on_message(message: object) -> None:
+        if getattr(message, "method", "") == "notifications/resources/updated":
+            received.append(message.params.uri)  # type: ignore[attr-defined]
+
+    state_uri = f"prose://runs/{run.id}/state"
+    async with watching(root, updates, home=tmp_path / "home") as watcher:
+        register(server, RunCatalog(root, home=tmp_path / "home"),
+                 lambda run_id: [r.line() for r in watcher.reports(run_id)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            async with Client(server, mode="legacy", message_handler=on_message) as client:
+                await client.subscribe_resource(state_uri)
+                await anyio.to_thread.run_sync(_second_writer, Path(run.location) / "state.md",
+                                               "forged\n")
+                with anyio.fail_after(10):
+                    while state_uri not in received:
+                        await anyio.sleep(0.02)
+                state = (await client.read_resource(state_uri)).contents[0].text
+    assert state.startswith("forged\n")
+    assert f"- run {run.id}: state.md: not a rendering of this run by the server" in state
+    store.close()
