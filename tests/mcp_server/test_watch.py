@@ -85,6 +85,18 @@ def test_a_state_file_not_rendered_by_the_server_is_reported(live_run) -> None:
     assert report.problem == "not a rendering of this run by the server"
 
 
+def test_a_burst_of_outside_writes_is_checked_together(live_run) -> None:
+    run, watcher, reports = live_run
+    location = Path(run.location)
+    good = (location / "bindings" / "draft.md").read_text()
+    _second_writer(location / "bindings" / "draft.md", "torn")
+    _second_writer(location / "state.md", "forged\n")
+    found = sorted((_next(reports).path, _next(reports).path))
+    assert found == ["bindings/draft.md", "state.md"]
+    assert (location / "bindings" / "draft.md").read_text() == good
+    assert len(watcher.reports(run.id)) == 2
+
+
 def test_the_servers_own_writes_are_not_reported(live_run) -> None:
     run, _, reports = live_run
     run.write_binding(BindingRef("final"), "the draft", "output", "output final = draft")

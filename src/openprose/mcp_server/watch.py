@@ -1,7 +1,8 @@
 """Noticing writes to filesystem runs that do not come from the state API.
 
 A watchdog observer watches ``.prose/runs``. When a binding file or ``state.md`` of a run
-changes, the file is checked a moment later (writes are temp-file-and-rename):
+changes, the run's changed files are checked together once they have been quiet a moment
+(writes are temp-file-and-rename; one reopen of the run covers a burst of writes):
 
 - a binding file must name the binding its file name names, and agree with the journal, the
   run's source of truth: the run is reopened on a fresh store, whose repair rewrites any
@@ -27,7 +28,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from openprose.mcp_server.updates import RunUpdates
-from openprose.state import BindingRef, StateError, open_store
+from openprose.state import Binding, BindingRef, StateError, open_store
 
 logger = logging.getLogger(__name__)
 SETTLE_S = 0.2  # a write is checked once its path has been quiet this long
@@ -62,6 +63,17 @@ def _binding_ref(file_name: str) -> BindingRef | None:
     return BindingRef(name, int(execution) if execution else None)
 
 
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _names(binding: Binding, ref: BindingRef) -> bool:
+    return (binding.name, binding.execution_id) == (ref.name, ref.execution_id)
+
+
 class RunWatcher(FileSystemEventHandler):
     """Checks what appears under ``.prose/runs`` while the server is up."""
 
@@ -72,7 +84,8 @@ class RunWatcher(FileSystemEventHandler):
         self.home = home
         self.on_report = on_report
         self._reports: dict[str, list[OutsideWrite]] = {}
-        self._timers: dict[Path, threading.Timer] = {}
+        self._timers: dict[str, threading.Timer] = {}
+        self._pending: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._observer = Observer()
 
@@ -89,6 +102,7 @@ class RunWatcher(FileSystemEventHandler):
             for timer in self._timers.values():
                 timer.cancel()
             self._timers.clear()
+            self._pending.clear()
 
     def reports(self, run_id: str) -> list[OutsideWrite]:
         with self._lock:
@@ -99,15 +113,18 @@ class RunWatcher(FileSystemEventHandler):
         if event.is_directory or event.event_type not in ("created", "modified", "moved"):
             return
         path = Path(str(event.dest_path if event.event_type == "moved" else event.src_path))
-        if self._target(path) is None:
+        target = self._target(path)
+        if target is None:
             return
-        with self._lock:
-            timer = self._timers.pop(path, None)
+        run_id = target[0]
+        with self._lock:  # one check per run once its files have been quiet for SETTLE_S
+            self._pending.setdefault(run_id, set()).add(target[1])
+            timer = self._timers.pop(run_id, None)
             if timer is not None:
                 timer.cancel()
-            timer = threading.Timer(SETTLE_S, self._settled, (path,))
+            timer = threading.Timer(SETTLE_S, self._settled, (run_id,))
             timer.daemon = True
-            self._timers[path] = timer
+            self._timers[run_id] = timer
         timer.start()
 
     def _target(self, path: Path) -> tuple[str, str] | None:
@@ -123,21 +140,22 @@ class RunWatcher(FileSystemEventHandler):
             return parts[0], f"bindings/{parts[2]}"
         return None
 
-    def _settled(self, path: Path) -> None:
+    def _settled(self, run_id: str) -> None:
         with self._lock:
-            self._timers.pop(path, None)
-        target = self._target(path)
-        if target is None or not path.is_file() or (not (path.parent / "run.json").exists() \
-                and target[1] == "state.md"):
+            self._timers.pop(run_id, None)
+            changed = sorted(self._pending.pop(run_id, ()))
+        run_dir = self.runs / run_id
+        if not (run_dir / "run.json").is_file():  # not a filesystem run
             return
-        run_id, inner = target
+        bindings = [inner for inner in changed if inner != "state.md"]
         try:
-            report = self.check_state(run_id, path) if inner == "state.md" else \
-                self.check_binding(run_id, inner, path)
+            reports = self.check_bindings(run_id, bindings) if bindings else []
+            if "state.md" in changed and (run_dir / "state.md").is_file():
+                reports.extend(filter(None, [self.check_state(run_id, run_dir / "state.md")]))
         except (OSError, StateError) as exc:
-            report = OutsideWrite(run_id, inner, f"could not be checked ({exc})",
-                                  "left as found")
-        if report is not None:
+            reports = [OutsideWrite(run_id, inner, f"could not be checked ({exc})",
+                                    "left as found") for inner in changed]
+        for report in reports:
             self._report(report)
 
     # ------------------------------------------------------------------ checks
@@ -149,27 +167,31 @@ class RunWatcher(FileSystemEventHandler):
         return OutsideWrite(run_id, "state.md", "not a rendering of this run by the server",
                             "left as found; the run's bindings and journal are unaffected")
 
-    def check_binding(self, run_id: str, inner: str, path: Path) -> OutsideWrite | None:
-        ref = _binding_ref(path.name)
-        if ref is None:
-            return OutsideWrite(run_id, inner, "not a binding file name", "left as found")
-        before = path.read_bytes()
+    def check_bindings(self, run_id: str, changed: list[str]) -> list[OutsideWrite]:
+        """Reopen the run once (its repair rewrites what the journal knows better), then
+        judge each changed binding file by what repair did and by its header."""
+        run_dir = self.runs / run_id
+        before = {inner: _read(run_dir / inner) for inner in changed}
         store = open_store(self.project_root, "filesystem", home=self.home)
+        reports = []
         try:
-            run = store.open_run(run_id)  # repair: files the journal knows better are rewritten
-            after = path.read_bytes() if path.is_file() else b""
-            binding = run.read_binding(ref) if after else None
+            run = store.open_run(run_id)
+            for inner in changed:
+                ref = _binding_ref(inner.removeprefix("bindings/"))
+                after = _read(run_dir / inner)
+                if ref is None:
+                    reports.append(OutsideWrite(run_id, inner, "not a binding file name",
+                                                "left as found"))
+                elif after != before[inner]:
+                    reports.append(OutsideWrite(run_id, inner, "disagreed with the run's "
+                                                "journal", "restored from the journal"))
+                elif after is not None and not _names(run.read_binding(ref), ref):
+                    reports.append(OutsideWrite(
+                        run_id, inner, "malformed binding file (its header does not name this "
+                        "binding)", "left as found: the journal has no value to restore it from"))
         finally:
             store.close()
-        if after != before:
-            return OutsideWrite(run_id, inner, "disagreed with the run's journal",
-                                "restored from the journal")
-        if binding is None or (binding.name, binding.execution_id) != \
-                (ref.name, ref.execution_id):
-            return OutsideWrite(run_id, inner, "malformed binding file (its header does not "
-                                "name this binding)", "left as found: the journal has no "
-                                "value to restore it from")
-        return None
+        return reports
 
     def _report(self, report: OutsideWrite) -> None:
         with self._lock:
