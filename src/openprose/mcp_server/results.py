@@ -1,0 +1,210 @@
+"""What the tools return: small pydantic models (their JSON schema is each tool's
+outputSchema). No result carries a binding's value, except ``read_binding``'s.
+
+Each tool answers with the model as structured content and a compact text rendering of it
+for the model reading the conversation (:func:`reply`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel
+
+from openprose.mcp_server.outline import Outline, Statement
+
+
+class OutlineItem(BaseModel):
+    id: str
+    kind: str
+    line: int
+    end_line: int
+    binds: str | None = None
+    agent: str | None = None
+    block: str | None = None
+    parent: str | None = None
+    judged: bool = False
+    options: list[str] = []
+
+    @classmethod
+    def of(cls, statement: Statement) -> OutlineItem:
+        return cls(id=statement.id, kind=statement.kind, line=statement.line,
+                   end_line=statement.end_line, binds=statement.binds, agent=statement.agent,
+                   block=statement.block, parent=statement.parent, judged=statement.judged,
+                   options=list(statement.options))
+
+    def text(self) -> str:
+        parts = [self.id, self.kind, f"L{self.line}" + (f"-{self.end_line}"
+                                                        if self.end_line != self.line else "")]
+        if self.binds and self.kind not in ("block", "agent"):
+            parts.append(f"binds {self.binds}")
+        elif self.binds:
+            parts.append(self.binds)
+        if self.agent:
+            parts.append(f"agent {self.agent}")
+        if self.block:
+            parts.append(f"in block {self.block}")
+        if self.judged:
+            parts.append("judged")
+        if self.options:
+            parts.append("options " + " | ".join(self.options))
+        return " ".join(parts)
+
+
+class BlockInfo(BaseModel):
+    name: str
+    params: list[str]
+    max_depth: int
+
+
+class StartResult(BaseModel):
+    run_id: str
+    vm_token: str
+    mode: str
+    backend: str
+    location: str
+    missing_inputs: list[str]
+    outputs: list[str]
+    blocks: list[BlockInfo]
+    outline: list[OutlineItem]
+
+
+def outline_items(outline: Outline) -> list[OutlineItem]:
+    return [OutlineItem.of(s) for s in outline.statements.values()]
+
+
+def block_infos(outline: Outline) -> list[BlockInfo]:
+    return [BlockInfo(name=b.name, params=list(b.params), max_depth=b.max_depth)
+            for b in outline.blocks.values()]
+
+
+class SpawnResult(BaseModel):
+    session_token: str
+    statement: str
+    binding: str
+    execution_id: int | None
+    location: str
+    brief: str
+
+
+class WriteResult(BaseModel):
+    binding: str
+    location: str
+    execution_id: int | None
+    bytes: int
+    summary: str | None = None
+
+
+class ReadResult(BaseModel):
+    name: str
+    execution_id: int | None
+    kind: str
+    value: str
+    offset: int
+    total_chars: int
+    next_offset: int | None
+
+
+class StateResult(BaseModel):
+    statement: str
+    status: str
+    line: int
+    execution_id: int | None = None
+
+
+class FrameResult(BaseModel):
+    execution_id: int
+    block: str
+    depth: int
+    max_depth: int
+    status: str
+
+
+class VerdictResult(BaseModel):
+    statement: str
+    execution_id: int | None
+    iteration: int
+    value: bool | str
+    reason: str
+    recorded: bool
+
+
+class MemoryResult(BaseModel):
+    agent: str
+    location: str
+    memory: str | None = None
+    bytes: int
+
+
+class OutputRef(BaseModel):
+    name: str
+    location: str
+
+
+class CompleteResult(BaseModel):
+    run_id: str
+    status: str
+    outputs: list[OutputRef]
+
+
+class FrameInfo(BaseModel):
+    execution_id: int
+    block: str
+    depth: int
+    parent: int | None
+
+
+class PendingInfo(BaseModel):
+    statement: str
+    binding: str
+    execution_id: int | None
+
+
+class BindingInfo(BaseModel):
+    name: str
+    execution_id: int | None
+    kind: str
+
+
+class StatusEntry(BaseModel):
+    statement: str
+    line: int
+    status: str
+    iteration: int | None = None
+    note: str | None = None
+
+
+class VerdictInfo(BaseModel):
+    key: str
+    value: Any
+    reason: str
+
+
+class StatusResult(BaseModel):
+    run_id: str
+    mode: str
+    status: str
+    backend: str
+    position: list[StatusEntry]
+    frames: list[FrameInfo]
+    pending: list[PendingInfo]
+    bindings: list[BindingInfo]
+    verdicts: list[VerdictInfo]
+
+
+class ResumeResult(BaseModel):
+    run_id: str
+    vm_token: str
+    mode: str
+    state: StatusResult
+    outline: list[OutlineItem]
+
+
+def reply(result: BaseModel, text: str | None = None) -> CallToolResult:
+    """The tool's answer: ``result`` as structured content, ``text`` (default: its fields
+    as ``name: value`` lines) for the model."""
+    if text is None:
+        data = result.model_dump(mode="json")
+        text = "\n".join(f"{key}: {value}" for key, value in data.items() if value is not None)
+    return CallToolResult(content=[TextContent(type="text", text=text)],
+                          structured_content=result.model_dump(mode="json"))

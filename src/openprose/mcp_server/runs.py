@@ -1,0 +1,306 @@
+"""Runs a host drives through the tools, and the tokens that drive them.
+
+Token model:
+- A **VM token** ``vm.<run id>.<secret>`` drives one run. The server mints it at
+  ``start_run``/``resume_run`` and records only its hash, with the run's mode, in the run's
+  journal (the ``mcp:driver`` record; the latest one wins), so it survives a server restart;
+  ``resume_run`` records a fresh one and the old token stops working.
+- A **session token** is the state layer's session capability (``openprose.state``): it writes
+  exactly its one binding, reads the bindings it was given as context and, for a persistent
+  agent, that agent's memory. It ends when its binding is written.
+- A run's **mode** is recorded with its driver: ``host`` (a host model steps it with these
+  tools), ``guided`` (see :mod:`openprose.mcp_server.modes`), and ``engine`` for runs the
+  engine started (no driver record), which no VM token drives until ``resume_run`` hands them
+  over explicitly.
+
+Everything a tool writes goes through :mod:`openprose.state`; a :class:`DrivenRun` adds what
+the server checks calls against: the outline, live sessions, statement statuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from openprose.language import compile as compile_program
+from openprose.mcp_server.outline import Outline, Statement, build
+from openprose.mcp_server.refusal import Refusal
+from openprose.mcp_server.resources import RunCatalog
+from openprose.state import (
+    Binding,
+    BindingRef,
+    CapabilityError,
+    NotFoundError,
+    Run,
+    SessionHandle,
+    StateError,
+    StatementStatus,
+    StateSnapshot,
+)
+
+DRIVER_KEY = "mcp:driver"
+STATE_PREFIX = "mcp:state:"
+SESSION_PREFIX = "mcp:"
+VM_PREFIX = "vm."
+HOST, GUIDED, ENGINE = "host", "guided", "engine"
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def new_vm_token(run_id: str) -> str:
+    return f"{VM_PREFIX}{run_id}.{secrets.token_urlsafe(24)}"
+
+
+def session_key(statement: str, execution_id: int | None, sequence: int) -> str:
+    """The journal key of the ``sequence``-th session of ``statement`` in one frame."""
+    return f"{SESSION_PREFIX}{statement}@{execution_id or 0}#{sequence}"
+
+
+def verdict_key(statement: str, execution_id: int | None, iteration: int) -> str:
+    return f"{SESSION_PREFIX}{statement}@{execution_id or 0}?{iteration}"
+
+
+@dataclass
+class Pending:
+    """A session granted and not yet written."""
+
+    statement: Statement
+    ref: BindingRef
+    key: str
+    input_hash: str
+
+
+@dataclass
+class Written:
+    """A session's write, kept to answer a resend with the first confirmation."""
+
+    value_hash: str
+    confirmation: Any
+
+
+@dataclass
+class DrivenRun:
+    run: Run
+    outline: Outline
+    file: str
+    mode: str
+    vm_hash: str | None
+    pending: dict[BindingRef, Pending] = field(default_factory=dict)
+    written: dict[str, Written] = field(default_factory=dict)
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sequence: Counter[tuple[str, int]] = field(default_factory=Counter)
+    completed: dict[tuple[str, int], BindingRef] = field(default_factory=dict)
+    holder: Any = None  # the run-driver lock while this server drives the run
+
+    @property
+    def id(self) -> str:
+        return self.run.id
+
+    @property
+    def backend(self) -> str:
+        return self.run.store.kind
+
+    # ------------------------------------------------------------------ checks
+    def statement(self, statement_id: str) -> Statement:
+        found = self.outline.statements.get(statement_id)
+        if found is None:
+            raise Refusal("a call names a statement of the run's outline",
+                          f"there is no statement {statement_id!r} in run {self.id}")
+        return found
+
+    def live(self) -> None:
+        status = self.run.status
+        if status != "running":
+            raise Refusal("a finished run is not driven any more",
+                          f"run {self.id} is {status}")
+
+    def frame_for(self, statement: Statement, execution_id: int | None) -> int | None:
+        """``execution_id`` checked as a live frame of the block containing ``statement``
+        (None or 0 at the top level); returns it as stored (None for the root)."""
+        eid = execution_id or None
+        if statement.block is None:
+            if eid is not None:
+                raise Refusal("a statement runs in a live frame of the block that contains it",
+                              f"statement {statement.id} is at the program's top level, not "
+                              f"inside a block: leave execution_id out", statement)
+            return None
+        if eid is None:
+            raise Refusal("a statement runs in a live frame of the block that contains it",
+                          f"statement {statement.id} is inside block '{statement.block}': give "
+                          "the execution_id push_frame returned", statement)
+        try:
+            frame = self.run.frame(eid)
+        except NotFoundError:
+            raise Refusal("a statement runs in a live frame of the block that contains it",
+                          f"there is no frame {eid} in run {self.id}", statement) from None
+        if frame.status == "completed":
+            raise Refusal("a statement runs in a live frame of the block that contains it",
+                          f"frame {eid} was popped", statement)
+        if frame.block != statement.block:
+            raise Refusal("a statement runs in a live frame of the block that contains it",
+                          f"frame {eid} is a frame of block '{frame.block}', but statement "
+                          f"{statement.id} is in block '{statement.block}'", statement)
+        return eid
+
+    def resolve(self, name: str, execution_id: int | None) -> Binding | None:
+        try:
+            return self.run.resolve(name, execution_id)
+        except (StateError, ValueError):
+            return None
+
+    # ------------------------------------------------------------------ state.md
+    def set_status(self, statement: Statement, status: str, record: dict[str, Any]) -> None:
+        self.statuses[statement.id] = record
+        self.run.record_result(STATE_PREFIX + statement.id, status="state", meta=record)
+
+    def render(self) -> None:
+        """Re-render state.md from the statuses the host reported."""
+        shown = {"started": "executing", "complete": "complete", "failed": "failed",
+                 "skipped": "skipped", "waiting": "waiting"}
+        by_line: dict[int, StatementStatus] = {}
+        active = []
+        for sid, record in self.statuses.items():
+            statement = self.outline.statements.get(sid)
+            if statement is None:
+                continue
+            status = record["status"]
+            text = shown.get(status, f"iteration {record.get('iteration')}")
+            by_line[statement.line] = StatementStatus(statement.line, statement.end_line, text,
+                                                      record.get("binding"))
+            if status in ("started", "iteration", "waiting") and statement.kind not in (
+                    "session", "resume"):
+                note = f": {record['note']}" if record.get("note") else ""
+                active.append(f"- {statement.kind} at line {statement.line} "
+                              f"(statement {sid}): {text}{note}")
+        ordered = tuple(by_line[line] for line in sorted(by_line))
+        self.run.update_state(StateSnapshot(ordered, tuple(active)))
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(cls, run: Run) -> DrivenRun:
+        """A run as the journal has it: its driver, pending sessions and statuses."""
+        file = run.program_path or f"{run.id}/program.prose"
+        result = compile_program(run.program_source, file)
+        if not result.ok or result.program is None:
+            raise Refusal("a driven run's program compiles",
+                          f"the program stored with run {run.id} no longer compiles")
+        outline = build(result.program, run.program_source)
+        driver = run.journal(DRIVER_KEY)
+        mode = driver.meta.get("mode", HOST) if driver is not None else ENGINE
+        vm_hash = driver.meta.get("vm") if driver is not None else None
+        driven = cls(run, outline, file, mode, vm_hash)
+        ended: set[str] = set()
+        intents: dict[str, Any] = {}
+        for entry in run.journal_entries():
+            if not entry.key.startswith(SESSION_PREFIX):
+                continue
+            if entry.key.startswith(STATE_PREFIX):
+                driven.statuses[entry.key.removeprefix(STATE_PREFIX)] = dict(entry.meta)
+            elif entry.kind == "intent":
+                intents[entry.key] = entry
+            elif entry.kind == "result" and "#" in entry.key:
+                ended.add(entry.key)
+                if entry.status == "completed" and entry.binding is not None:
+                    sid, eid = _statement_of(entry.key)
+                    driven.completed[(sid, eid)] = entry.binding
+        for key, entry in intents.items():
+            sid, eid = _statement_of(key)
+            driven.sequence[(sid, eid)] += 1
+            statement = outline.statements.get(sid)
+            if key not in ended and statement is not None and "binding" in entry.meta:
+                ref = BindingRef(*entry.meta["binding"])
+                driven.pending[ref] = Pending(statement, ref, key, entry.input_hash)
+        return driven
+
+
+def _statement_of(key: str) -> tuple[str, int]:
+    body = key.removeprefix(SESSION_PREFIX).split("#")[0].split("?")[0]
+    sid, _, eid = body.rpartition("@")
+    return sid, int(eid)
+
+
+class RunRegistry:
+    """The runs this server drives, found by token; loaded from state when needed."""
+
+    def __init__(self, catalog: RunCatalog) -> None:
+        self.catalog = catalog
+        self.runs: dict[str, DrivenRun] = {}
+
+    def get(self, run_id: str) -> DrivenRun:
+        driven = self.runs.get(run_id)
+        if driven is None:
+            try:
+                run = self.catalog.open(run_id)
+            except Exception as exc:  # ResourceNotFoundError names the run
+                raise Refusal("a run is named by its id", str(exc)) from None
+            driven = self.runs[run_id] = DrivenRun.load(run)
+        return driven
+
+    def add(self, driven: DrivenRun) -> None:
+        self.runs[driven.id] = driven
+
+    def by_vm_token(self, token: str) -> DrivenRun:
+        """The run ``token`` drives (refused unless it is that run's current VM token)."""
+        rule = "the VM token drives its run; session tokens only write their own binding"
+        if not isinstance(token, str) or not token.startswith(VM_PREFIX) or token.count(".") < 2:
+            raise Refusal(rule, "this is not a VM token (start_run or resume_run returns one)")
+        run_id = token[len(VM_PREFIX):].rsplit(".", 1)[0]
+        driven = self.get(run_id)
+        if driven.mode == ENGINE:
+            raise Refusal("a run the engine started is not driven by a host VM token without "
+                          "an explicit hand-over", f"run {run_id} was started by the engine; "
+                          "call resume_run with take_over=true to drive it")
+        if driven.vm_hash != digest(token):
+            raise Refusal("resume_run replaces a run's VM token; the old one stops working",
+                          f"this VM token no longer drives run {run_id} (call resume_run for "
+                          "a fresh one)")
+        return driven
+
+    def by_session_token(self, token: str) -> tuple[DrivenRun, SessionHandle]:
+        """The run and live session handle of a session token (refused if unknown/ended)."""
+        if isinstance(token, str) and token.startswith(VM_PREFIX):
+            raise Refusal("a session token is what a session writes and reads with",
+                          "this is a VM token, not a session token")
+        last: CapabilityError | None = None
+        for store in self._stores():
+            try:
+                handle = store.session(token)
+            except CapabilityError as exc:
+                last = exc
+                continue
+            return self.get(handle.run.id), handle
+        rule = last.rule if last is not None else "a session writes only with a live session " \
+            "capability"
+        detail = str(last).rsplit(" (rule:", 1)[0] if last is not None else "unknown token"
+        raise Refusal(rule, detail)
+
+    def ended_grant(self, token: str) -> tuple[DrivenRun, BindingRef] | None:
+        """For a session token that has ended: its run and binding (None if unknown)."""
+        token_hash = digest(token)
+        for store in self._stores():
+            found = store.grant(token_hash)
+            if found is not None:
+                run_id, grant = found
+                return self.get(run_id), BindingRef(grant["name"], grant["execution_id"])
+        return None
+
+    def _stores(self) -> list[Any]:
+        stores = []
+        for backend in self.catalog.backends():
+            try:
+                stores.append(self.catalog.store(backend))
+            except StateError:
+                continue
+        return stores
+
+    def close(self) -> None:
+        for driven in self.runs.values():
+            release = getattr(driven.holder, "release", None)
+            if release is not None:
+                release()
+        self.runs.clear()

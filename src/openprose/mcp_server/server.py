@@ -1,0 +1,69 @@
+"""The OpenProse MCP server: a host model embodies the VM through tools while the server
+holds the run and enforces the contract.
+
+    mcp = create_server(Path("."))
+    mcp.run()                      # stdio
+
+Tools come in groups, one module each, every one registered as ``register(mcp, ctx)`` with
+the :class:`~openprose.mcp_server.context.ServerContext`: :mod:`tools_runs` (start, status,
+resume, complete), :mod:`tools_sessions` (spawn, write/read bindings, memory) and
+:mod:`tools_state` (statuses, frames, verdicts). Resources, resource updates, the watcher of
+outside writes and the prompts are added here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+
+from openprose.mcp_server import prompts, resources, tools_runs
+from openprose.mcp_server.context import Mode, ServerContext
+from openprose.mcp_server.resources import RunCatalog
+from openprose.mcp_server.runs import RunRegistry
+from openprose.mcp_server.updates import RunUpdates
+from openprose.mcp_server.watch import watching
+
+INSTRUCTIONS = (
+    "OpenProse runs programs of AI sessions. To run one, get the prose-run prompt (or call "
+    "start_run) and act as the program's VM: step each statement with these tools, spawn a "
+    "session per session statement and let it write its own binding.")
+
+
+def create_server(project_root: str | Path, *, home: str | Path | None = None,
+                  name: str = "openprose", watch: bool = True,
+                  modes: dict[str, Mode] | None = None) -> MCPServer:
+    """The server for the project at ``project_root`` (runs under ``.prose/``). ``watch``:
+    notice outside writes to live filesystem runs; ``modes``: run modes besides ``host``."""
+    root = Path(project_root).resolve()
+    updates = RunUpdates()
+    catalog = RunCatalog(root, home=home)
+    ctx = ServerContext(root, catalog, updates, RunRegistry(catalog), dict(modes or {}))
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer) -> AsyncIterator[ServerContext]:
+        if not watch or ctx.watcher is not None:  # one watcher however many connections
+            yield ctx
+            return
+        async with watching(root, updates, home=home) as watcher:
+            ctx.watcher = watcher
+            try:
+                yield ctx
+            finally:
+                ctx.watcher = None
+
+    mcp = MCPServer(name, instructions=INSTRUCTIONS, lifespan=lifespan,
+                    subscriptions=updates.bus)
+    mcp.openprose = ctx  # type: ignore[attr-defined]  # for tests and the guided mode
+    updates.attach(mcp)
+    resources.register(mcp, catalog, ctx.outside_writes)
+    prompts.register(mcp, root)
+    tools_runs.register(mcp, ctx)
+    return mcp
+
+
+def server_context(mcp: MCPServer) -> ServerContext:
+    """The context of a server made by :func:`create_server`."""
+    return mcp.openprose  # type: ignore[attr-defined, no-any-return]

@@ -1,0 +1,259 @@
+"""Tools that start, inspect, resume and finish runs: ``start_run``, ``run_status``,
+``resume_run``, ``complete_run``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, ToolAnnotations
+
+from openprose.language import compile as compile_program
+from openprose.mcp_server.context import ServerContext
+from openprose.mcp_server.outline import build
+from openprose.mcp_server.prompts import PromptError, program_text
+from openprose.mcp_server.refusal import Refusal
+from openprose.mcp_server.results import (
+    BindingInfo,
+    CompleteResult,
+    FrameInfo,
+    OutputRef,
+    PendingInfo,
+    ResumeResult,
+    StartResult,
+    StatusEntry,
+    StatusResult,
+    VerdictInfo,
+    block_infos,
+    outline_items,
+    reply,
+)
+from openprose.mcp_server.runs import (
+    DRIVER_KEY,
+    ENGINE,
+    HOST,
+    SESSION_PREFIX,
+    DrivenRun,
+    digest,
+    new_vm_token,
+)
+from openprose.state import BackendUnavailable, BindingRef, StateError
+
+Backend = Literal["filesystem", "sqlite", "postgres"]
+
+
+def binding_uri_name(ref: BindingRef) -> str:
+    return f"{ref.name}@{ref.execution_id}" if ref.execution_id else ref.name
+
+
+def record_driver(driven: DrivenRun, mode: str) -> str:
+    """A fresh VM token for ``driven``, recorded (hash and mode) in its journal."""
+    token = new_vm_token(driven.id)
+    driven.run.record_result(DRIVER_KEY, status="driver",
+                             meta={"mode": mode, "vm": digest(token)})
+    driven.mode, driven.vm_hash = mode, digest(token)
+    return token
+
+
+def status_of(driven: DrivenRun) -> StatusResult:
+    run = driven.run
+    position = []
+    for sid, record in driven.statuses.items():
+        statement = driven.outline.statements.get(sid)
+        if statement is not None:
+            position.append(StatusEntry(statement=sid, line=statement.line,
+                                        status=record["status"],
+                                        iteration=record.get("iteration"),
+                                        note=record.get("note")))
+    position.sort(key=lambda entry: entry.line)
+    frames = [FrameInfo(execution_id=f.execution_id, block=f.block, depth=f.depth,
+                        parent=f.parent) for f in run.frames() if f.status != "completed"]
+    pending = [PendingInfo(statement=p.statement.id, binding=p.ref.name,
+                           execution_id=p.ref.execution_id) for p in driven.pending.values()]
+    bindings = [BindingInfo(name=ref.name, execution_id=ref.execution_id, kind=kind)
+                for ref, kind in run.binding_index()]
+    verdicts = [VerdictInfo(key=entry.key.removeprefix(SESSION_PREFIX), value=entry.value,
+                            reason=entry.reason)
+                for entry in run.journal_entries() if entry.kind == "verdict"]
+    return StatusResult(run_id=run.id, mode=driven.mode, status=run.status,
+                        backend=driven.backend, position=position, frames=frames,
+                        pending=pending, bindings=bindings, verdicts=verdicts)
+
+
+def status_text(status: StatusResult) -> str:
+    lines = [f"run {status.run_id}: {status.status} (mode {status.mode}, {status.backend})"]
+    if status.position:
+        lines.append("position: " + "; ".join(
+            f"{p.statement} L{p.line} {p.status}" + (f" {p.iteration}" if p.iteration is not None
+                                                     else "") for p in status.position))
+    if status.frames:
+        lines.append("live frames: " + ", ".join(
+            f"{f.execution_id} {f.block} depth {f.depth}" for f in status.frames))
+    if status.pending:
+        lines.append("pending sessions: " + ", ".join(
+            f"{p.statement} -> {p.binding}" + (f"@{p.execution_id}" if p.execution_id else "")
+            for p in status.pending))
+    if status.bindings:
+        lines.append("bindings: " + ", ".join(
+            f"{b.name}" + (f"@{b.execution_id}" if b.execution_id else "") + f" ({b.kind})"
+            for b in status.bindings))
+    if status.verdicts:
+        lines.append("verdicts: " + "; ".join(f"{v.key} = {v.value} ({v.reason})"
+                                              for v in status.verdicts))
+    return "\n".join(lines)
+
+
+def compile_errors(errors: list) -> str:
+    return "the program does not compile:\n" + "\n".join(
+        f"{d.file or '<program>'}:{d.span.line}:{d.span.column} {d.code} {d.message}"
+        for d in errors)
+
+
+def register(mcp: MCPServer, ctx: ServerContext) -> None:
+    @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
+    async def start_run(program: str, inputs: dict[str, str] | None = None,
+                        backend: Backend = "filesystem", mode: str = HOST
+                        ) -> Annotated[CallToolResult, StartResult]:
+        """Start a run of an OpenProse program that you then step as its VM. program: a
+        .prose path in the project, or the source text. Returns the run id, your VM token
+        and the outline: every statement with a stable id you pass to the other tools."""
+        if mode != HOST and mode not in ctx.modes:
+            offered = ", ".join([HOST, *ctx.modes])
+            raise Refusal("a run is started in a mode this server offers",
+                          f"unknown mode {mode!r} (offered: {offered})")
+        try:
+            source, path = program_text(program, ctx.project_root)
+        except (PromptError, OSError, UnicodeDecodeError) as exc:
+            raise ToolError(f"start_run: {exc}") from None
+        file = path or "<program>"
+        compiled = compile_program(source, file)
+        if not compiled.ok or compiled.program is None:
+            raise ToolError(compile_errors(compiled.errors))
+        outline = build(compiled.program, source)
+        given = dict(inputs or {})
+        unknown = sorted(set(given) - set(outline.inputs))
+        if unknown:
+            declared = ", ".join(outline.inputs) or "none"
+            raise Refusal("inputs are the names the program declares with 'input'",
+                          f"unknown input(s) {', '.join(unknown)} (declared: {declared})")
+        try:
+            store = ctx.catalog.store(backend)
+            run = store.create_run(source, path)
+        except (BackendUnavailable, StateError) as exc:
+            raise ToolError(f"start_run: the {backend} state backend: {exc}") from None
+        driven = DrivenRun(run, outline, file, mode, None)
+        token = record_driver(driven, mode)
+        for decl in compiled.program.inputs:
+            if decl.name in given:
+                statement = next(s for s in outline.statements.values()
+                                 if s.kind == "input" and s.binds == decl.name)
+                run.write_binding(BindingRef(decl.name), given[decl.name], "input",
+                                  statement.source)
+        driven.render()
+        ctx.registry.add(driven)
+        extra = None
+        if mode != HOST:
+            extra = await ctx.modes[mode].started(ctx, driven, {"inputs": given})
+        await ctx.changed(run.id, sorted(given))
+        missing = [name for name in outline.inputs if name not in given]
+        result = StartResult(run_id=run.id, vm_token=token, mode=mode, backend=store.kind,
+                             location=run.location, missing_inputs=missing,
+                             outputs=list(outline.outputs), blocks=block_infos(outline),
+                             outline=outline_items(outline))
+        lines = [f"run_id: {run.id}", f"vm_token: {token}", f"mode: {mode}",
+                 f"backend: {store.kind}", f"location: {run.location}"]
+        if missing:
+            lines.append("missing inputs: " + ", ".join(missing))
+        if outline.outputs:
+            lines.append("outputs: " + ", ".join(outline.outputs))
+        for block in result.blocks:
+            lines.append(f"block {block.name}({', '.join(block.params)}) max_depth "
+                         f"{block.max_depth}")
+        lines.append("outline (id kind lines ...):")
+        lines.extend(item.text() for item in result.outline)
+        if extra:
+            lines.append(extra)
+        return reply(result, "\n".join(lines))
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def run_status(vm_token: str) -> Annotated[CallToolResult, StatusResult]:
+        """Where a run is: statement statuses, live frames, pending sessions, the bindings
+        index and recorded verdicts. Use it to continue after your context was compacted."""
+        driven = ctx.registry.by_vm_token(vm_token)
+        status = status_of(driven)
+        return reply(status, status_text(status))
+
+    @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
+    async def resume_run(run_id: str, take_over: bool = False
+                         ) -> Annotated[CallToolResult, ResumeResult]:
+        """Continue a run after the conversation restarted: returns a fresh VM token (the old
+        one stops working), the run's status and its outline. take_over=true hands a run the
+        engine started over to you."""
+        driven = ctx.registry.get(run_id)
+        driven.live()
+        if driven.mode == ENGINE and not take_over:
+            raise Refusal("a run the engine started is not driven by a host VM token without "
+                          "an explicit hand-over",
+                          f"run {run_id} was started by the engine; pass take_over=true")
+        mode = HOST if driven.mode == ENGINE else driven.mode
+        token = record_driver(driven, mode)
+        extra = None
+        if mode != HOST and mode in ctx.modes:
+            extra = await ctx.modes[mode].resumed(ctx, driven)
+        status = status_of(driven)
+        result = ResumeResult(run_id=run_id, vm_token=token, mode=mode, state=status,
+                              outline=outline_items(driven.outline))
+        lines = [f"vm_token: {token}", status_text(status), "outline (id kind lines ...):",
+                 *(item.text() for item in result.outline)]
+        if extra:
+            lines.append(extra)
+        return reply(result, "\n".join(lines))
+
+    @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
+    async def complete_run(vm_token: str, status: Literal["completed", "failed"] = "completed",
+                           error: str | None = None) -> Annotated[CallToolResult,
+                                                                  CompleteResult]:
+        """Finish the run. 'completed' is refused while a declared output is unwritten, a
+        session is pending or a frame is live. Returns references to the outputs."""
+        driven = ctx.registry.by_vm_token(vm_token)
+        driven.live()
+        run = driven.run
+        outputs = []
+        for name in driven.outline.outputs:
+            if driven.resolve(name, None) is not None:
+                outputs.append(OutputRef(name=name, location=run.binding_location(
+                    BindingRef(name))))
+            elif status == "completed":
+                statement = driven.outline.writers_of(name, None)
+                raise Refusal("a run completes only when its declared outputs are written",
+                              f"output '{name}' has not been written",
+                              statement[0] if statement else None)
+        if status == "completed":
+            if driven.pending:
+                pending = next(iter(driven.pending.values()))
+                raise Refusal("a run completes only when no session is pending",
+                              f"the session for '{pending.ref.name}' has not written its "
+                              "binding", pending.statement)
+            live = [f for f in run.frames() if f.status != "completed"]
+            if live:
+                raise Refusal("a run completes only when every frame was popped",
+                              f"frame {live[0].execution_id} of block '{live[0].block}' is "
+                              "still live")
+        abandon(driven)
+        driven.render()
+        run.finish(status, error)
+        await ctx.changed(run.id)
+        result = CompleteResult(run_id=run.id, status=status, outputs=outputs)
+        text = f"run {run.id} {status}" + "".join(f"\noutput {o.name}: {o.location}"
+                                                  for o in outputs)
+        return reply(result, text)
+
+
+def abandon(driven: DrivenRun) -> None:
+    """A failed run stops waiting for its pending sessions: each is recorded as abandoned
+    (its token can write nothing more: the run is no longer live)."""
+    for pending in list(driven.pending.values()):
+        driven.run.record_result(pending.key, input_hash=pending.input_hash, status="failed",
+                                 error="abandoned: the run finished without it")
+    driven.pending.clear()
