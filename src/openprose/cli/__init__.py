@@ -13,6 +13,8 @@ COMMANDS = {
     "run": "openprose.cli.run_cmd:run_command",
     "resume": "openprose.cli.run_cmd:resume_command",
     "export": "openprose.cli.export_cmd:export_command",
+    "runs": "openprose.cli.runs_cmd:runs_command",
+    "show": "openprose.cli.show_cmd:show_command",
 }
 
 

@@ -278,6 +278,8 @@ class StateJournal:
         status = _STATUS.get(event.kind)
         if status is None:
             return
+        if event.kind == "session_failed" and event.text == "cancelled":
+            status = "cancelled"  # stopped by a failing sibling or Ctrl-C, not failed itself
         self.statuses[event.line] = state.StatementStatus(event.line, event.line, status)
         if time.monotonic() >= self.render_due:
             self.render()
@@ -297,8 +299,9 @@ class StateJournal:
         await self.committer.settle()
 
     def finish(self, status: str, error: str | None) -> None:
-        self.render()
+        """Record the outcome, then render it (state.md shows the status and error)."""
         self.run.finish(status, error)
+        self.render()
 
 
 def recorded_inputs(run: state.Run, program: n.Program) -> dict[str, Value]:

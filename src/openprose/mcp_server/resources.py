@@ -30,6 +30,8 @@ from openprose.state import (
     open_store,
     postgres_url,
 )
+from openprose.state.render import render_view
+from openprose.state.view import view_of_run
 
 RECENT_RUNS = 50
 
@@ -103,7 +105,10 @@ class RunCatalog:
         return runs[:limit]
 
     def state(self, run_id: str) -> str:
-        return self.open(run_id).state_text()
+        """The run's state.md; rendered now if the run has none yet (a run started by a
+        host, or by an openprose that did not render for this backend)."""
+        run = self.open(run_id)
+        return run.state_text() or render_view(view_of_run(run))
 
     def program(self, run_id: str) -> str:
         return self.open(run_id).program_source

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +51,11 @@ ANON_PREFIX = "anon_"
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _stamp() -> float:
+    """When a journal record was made (seconds since the epoch), for durations."""
+    return round(time.time(), 3)
 
 
 def _hash(token: str) -> str:
@@ -373,8 +379,9 @@ class Run:
             except StateError as err:
                 prepared.append(err)
         ok = [item for item in prepared if not isinstance(item, StateError)]
+        at = _stamp()
         intents = [JournalEntry(start.key, "intent", start.input_hash, "started",
-                                meta=start.meta or {}) for start, _, _ in ok]
+                                meta={**(start.meta or {}), "at": at}) for start, _, _ in ok]
         try:
             self.backend.start_sessions(self.id, intents, [grant for _, _, grant in ok])
         except BaseException:
@@ -491,12 +498,14 @@ class Run:
         binding = Binding(ref.name, ref.execution_id, handle.kind, handle.source, value,
                           self.backend.binding_location(self.id, ref))
         entry = JournalEntry(done.key, "result", done.input_hash, "completed", ref, value,
-                             usage=done.usage or Usage(), meta=done.meta or {})
+                             usage=done.usage or Usage(),
+                             meta={**(done.meta or {}), "at": _stamp()})
         return CommitStep(binding, entry, self._ended(done.token), stored=done.value is None)
 
     # ------------------------------------------------------------------ journal
     def record_intent(self, key: str, input_hash: str, meta: dict[str, Any] | None = None) -> None:
-        entry = JournalEntry(key, "intent", input_hash, "started", meta=meta or {})
+        entry = JournalEntry(key, "intent", input_hash, "started",
+                             meta={**(meta or {}), "at": _stamp()})
         self.backend.append_journal(self.id, entry, durable=False)
         self._remember(entry)
 
@@ -506,7 +515,7 @@ class Run:
         """A step's outcome, durable, except a cancelled step's: resume runs that step again
         anyway, so its record rides on the next flush (a failing fan-out cancels hundreds)."""
         entry = JournalEntry(key, "result", input_hash, status, binding, value, "", error,
-                             usage or Usage(), meta or {})
+                             usage or Usage(), {**(meta or {}), "at": _stamp()})
         self.backend.append_journal(self.id, entry, durable=status != "cancelled")
         self._remember(entry)
 
@@ -517,7 +526,8 @@ class Run:
         return list(self._journal.values())
 
     def record_verdict(self, key: str, input_hash: str, value: bool | str, reason: str) -> None:
-        entry = JournalEntry(key, "verdict", input_hash, "completed", value=value, reason=reason)
+        entry = JournalEntry(key, "verdict", input_hash, "completed", value=value, reason=reason,
+                             meta={"at": _stamp()})
         self.backend.append_journal(self.id, entry, durable=True)
         self._remember(entry)
 

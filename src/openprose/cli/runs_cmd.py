@@ -1,0 +1,123 @@
+"""``prose runs``: the project's runs, newest first, on every backend it uses."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from openprose.cli.common import (
+    console,
+    emit_json,
+    json_option,
+    project_option,
+    state_option,
+    stores,
+    styled,
+)
+
+
+def parse_time(stamp: str) -> datetime | None:
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except (TypeError, ValueError):
+        return None
+
+
+def duration(started: str, updated: str, running: bool) -> float | None:
+    """Seconds from start to the last update (to now while it runs)."""
+    start = parse_time(started)
+    end = datetime.now(UTC) if running else parse_time(updated)
+    if start is None or end is None:
+        return None
+    return max(0.0, (end - start).total_seconds())
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def run_rows(opened: list[Any]) -> list[dict[str, Any]]:
+    from openprose.state import StateError
+    from openprose.state.view import usage_of
+
+    rows = []
+    for store in opened:
+        try:
+            records = store.backend.list_runs()
+        except StateError as err:
+            click.echo(f"prose runs: cannot list {store.kind} runs: {err}", err=True)
+            continue
+        for record in records:
+            try:
+                usage = usage_of(store.backend.read_journal(record.id))
+            except StateError:
+                usage = None
+            running = record.status == "running"
+            rows.append({
+                "run_id": record.id, "program": record.program_path, "status": record.status,
+                "backend": store.kind, "started": record.started, "updated": record.updated,
+                "duration_s": duration(record.started, record.updated, running),
+                "sessions": usage.sessions if usage else None,
+                "tokens": (usage.input_tokens + usage.output_tokens) if usage else None,
+                "cost_usd": round(usage.cost_usd, 6) if usage else None,
+                "error": record.error,
+            })
+    rows.sort(key=lambda row: (row["started"], row["run_id"]), reverse=True)
+    return rows
+
+
+@click.command("runs")
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True,
+              help="Show at most this many runs.")
+@state_option
+@json_option
+@project_option
+def runs_command(limit: int, backend: str | None, as_json: bool, project: Path) -> None:
+    """List the project's runs, newest first: status, start, duration, sessions, tokens."""
+    from rich import box
+    from rich.table import Table
+
+    with stores(project, backend, "runs") as opened:
+        rows = run_rows(opened)[:limit]
+    if as_json:
+        emit_json({"runs": rows})
+        return
+    out = console()
+    if not rows:
+        out.print("no runs yet (start one with `prose run FILE`)")
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1),
+                  collapse_padding=True)
+    table.add_column("run", no_wrap=True)
+    table.add_column("program", overflow="ellipsis", no_wrap=True, max_width=14)
+    table.add_column("status", no_wrap=True)
+    table.add_column("started", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("sess", justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    for row in rows:
+        started = (row["started"] or "")[5:16].replace("T", " ")
+        table.add_row(row["run_id"], Path(row["program"] or "(inline)").name,
+                      styled(row["status"]), started, human_duration(row["duration_s"]),
+                      "?" if row["sessions"] is None else str(row["sessions"]),
+                      "?" if row["tokens"] is None else _count(row["tokens"]))
+    out.print(table)
+
+
+def _count(number: int) -> str:
+    if number >= 10_000_000:
+        return f"{number / 1_000_000:.0f}M"
+    if number >= 100_000:
+        return f"{number / 1000:.0f}k"
+    return f"{number:,}"

@@ -1,0 +1,260 @@
+"""What a run looks like from outside: its status, its steps placed in the program, the
+constructs under way, its bindings, agents and call stack.
+
+One :class:`RunView` feeds every rendering (``state.md``, ``prose show``, ``prose watch``
+and the MCP state resource). :func:`load_view` builds it read-only from any backend, so a
+second process can inspect a run while another drives it; :func:`view_of_run` builds it
+from a run open in this process (the engine's own state.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from openprose.state.models import (
+    AgentRef,
+    Binding,
+    BindingRef,
+    Frame,
+    JournalEntry,
+    StatementStatus,
+    Usage,
+)
+from openprose.state.program_map import Enclosing, program_map
+
+if TYPE_CHECKING:
+    from openprose.state.store import Run, StateStore
+
+_RESULT_STATUS = {"completed": "complete", "failed": "failed", "cancelled": "cancelled"}
+_LOCATION = re.compile(r"^(?:[^\s:]+):(\d+):(\d+): ")
+ENDED = ("completed", "failed", "interrupted")
+
+
+@dataclass(slots=True)
+class Step:
+    """One journal key: a session (or a note about one) or a judgment."""
+
+    key: str
+    kind: str  # session | verdict
+    line: int
+    end_line: int
+    status: str  # executing | complete | failed | cancelled | interrupted | judged
+    enclosing: tuple[Enclosing, ...] = ()
+    binding: BindingRef | None = None
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    started_at: float | None = None
+    ended_at: float | None = None
+    verdict: Any = None
+    reason: str = ""
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return max(0.0, self.ended_at - self.started_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"key": self.key, "kind": self.kind, "line": self.line,
+                                "status": self.status}
+        if self.binding is not None:
+            data["binding"] = {"name": self.binding.name,
+                               "execution_id": self.binding.execution_id}
+        if self.error:
+            data["error"] = self.error
+        if self.kind == "verdict":
+            data["verdict"], data["reason"] = self.verdict, self.reason
+        if self.duration is not None:
+            data["duration_s"] = round(self.duration, 3)
+        if self.usage.input_tokens or self.usage.output_tokens:
+            data["tokens"] = self.usage.input_tokens + self.usage.output_tokens
+        return data
+
+
+@dataclass(slots=True)
+class BindingInfo:
+    ref: BindingRef
+    kind: str
+    location: str
+    size: int | None = None
+    preview: str | None = None
+
+
+@dataclass(slots=True)
+class RunView:
+    id: str
+    backend: str
+    program_path: str | None
+    source: str
+    status: str  # running | completed | failed | interrupted
+    started: str
+    updated: str
+    error: str | None
+    steps: list[Step]
+    frames: list[Frame]
+    bindings: list[BindingInfo]
+    agents: list[tuple[AgentRef, str]]
+    usage: Usage
+    live: dict[int, StatementStatus] = field(default_factory=dict)
+
+    @property
+    def error_line(self) -> int | None:
+        """The program line the run's error names (``file:line:col: ...``)."""
+        match = _LOCATION.match(self.error or "")
+        return int(match.group(1)) if match else None
+
+    @property
+    def failed_step(self) -> Step | None:
+        failed = [s for s in self.steps if s.status == "failed"]
+        return failed[-1] if failed else None
+
+    @property
+    def failed_line(self) -> int | None:
+        """The line of the statement that failed: a failed session's, else the error's."""
+        step = self.failed_step
+        return step.line if step is not None and step.line else self.error_line
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ENDED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.id, "backend": self.backend, "program": self.program_path,
+            "status": self.status, "started": self.started, "updated": self.updated,
+            "error": self.error, "failed_line": self.failed_line,
+            "sessions": self.usage.sessions,
+            "tokens": self.usage.input_tokens + self.usage.output_tokens,
+            "cost_usd": round(self.usage.cost_usd, 6),
+            "steps": [step.to_dict() for step in self.steps],
+            "bindings": [{"name": b.ref.name, "execution_id": b.ref.execution_id,
+                          "kind": b.kind, "location": b.location, "size": b.size,
+                          "preview": b.preview} for b in self.bindings],
+            "agents": [{"name": a.name, "scope": a.scope, "location": where}
+                       for a, where in self.agents],
+            "call_stack": [{"execution_id": f.execution_id, "block": f.block,
+                            "depth": f.depth, "status": f.status}
+                           for f in self.frames if f.status != "completed"],
+        }
+
+
+def build_steps(entries: list[JournalEntry], source: str, running: bool) -> list[Step]:
+    """Fold journal records (intents, results, verdicts, in order) into one step per key."""
+    places = program_map(source)
+    steps: dict[tuple[str, str], Step] = {}
+    for entry in entries:
+        if entry.kind not in ("intent", "result", "verdict"):
+            continue
+        slot = ("verdict" if entry.kind == "verdict" else "step", entry.key)
+        at = entry.meta.get("at") if entry.meta else None
+        step = steps.get(slot)
+        if step is None:
+            placed = places.place(entry.key)
+            step = steps[slot] = Step(entry.key, "verdict" if entry.kind == "verdict"
+                                      else "session", placed.line, placed.end_line,
+                                      "executing", placed.enclosing, started_at=at)
+        if entry.kind == "intent":
+            step.status, step.error, step.started_at, step.ended_at = "executing", None, at, None
+        elif entry.kind == "result":
+            if entry.status == "completed" and entry.binding is None:
+                continue  # a note (such as a step finished inside a block call)
+            step.status = _RESULT_STATUS.get(entry.status, entry.status)
+            step.binding = entry.binding or step.binding
+            step.error = entry.error
+            step.usage = entry.usage
+            step.ended_at = at
+        else:
+            step.status, step.verdict, step.reason, step.ended_at = (
+                "judged", entry.value, entry.reason, at)
+    if not running:
+        for step in steps.values():
+            if step.status == "executing":
+                step.status = "interrupted"
+    return list(steps.values())
+
+
+def usage_of(entries: list[JournalEntry]) -> Usage:
+    """Sessions, tokens and cost of a run's completed sessions (its latest result per key)."""
+    latest: dict[str, JournalEntry] = {}
+    for entry in entries:
+        if entry.kind == "result":
+            latest[entry.key] = entry
+    usage = Usage()
+    for entry in latest.values():
+        if entry.status == "completed" and entry.binding is not None:
+            usage = usage + Usage(entry.usage.input_tokens, entry.usage.output_tokens,
+                                  entry.usage.cost_usd, 1)
+    return usage
+
+
+def _preview(value: str, width: int = 60) -> str:
+    text = " ".join(value.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def load_view(store: StateStore, run_id: str, *, values: bool = True) -> RunView:
+    """Read a run without opening it for writing (no repair, no capability): safe while
+    another process drives it. ``values``: read binding values for sizes and previews."""
+    from openprose.state.names import check_run_id
+
+    check_run_id(run_id)
+    backend = store.backend
+    record = backend.load_run(run_id)
+    running = record.status not in ENDED
+    entries = backend.read_journal(run_id)
+    steps = build_steps(entries, record.program_source, running)
+    bindings = []
+    for binding in backend.list_bindings(run_id):
+        bindings.append(_binding_info(store, run_id, binding, values))
+    agents: dict[AgentRef, None] = {}
+    for grant in backend.list_capabilities(run_id):
+        if grant.get("agent"):
+            agents[AgentRef(*grant["agent"])] = None
+    usage = usage_of(entries)
+    return RunView(record.id, store.kind, record.program_path, record.program_source,
+                   record.status, record.started, record.updated, record.error, steps,
+                   sorted(backend.list_frames(run_id), key=lambda f: f.execution_id),
+                   bindings, _agent_locations(store, run_id, agents), usage)
+
+
+def _binding_info(store: StateStore, run_id: str, binding: Binding, values: bool
+                  ) -> BindingInfo:
+    location = store.backend.binding_location(run_id, binding.ref)
+    if not values:
+        return BindingInfo(binding.ref, binding.kind, location)
+    return BindingInfo(binding.ref, binding.kind, location, len(binding.value.encode()),
+                       _preview(binding.value))
+
+
+def _agent_locations(store: StateStore, run_id: str, agents: dict[AgentRef, None]
+                     ) -> list[tuple[AgentRef, str]]:
+    found = []
+    for agent in sorted(agents, key=lambda a: (a.name, a.scope, a.path or "")):
+        where = store.backend.memory_location(run_id, agent)
+        found.append((agent, where.removesuffix("memory.md")))
+    return found
+
+
+def view_of_run(run: Run, live: tuple[StatementStatus, ...] = (), *,
+                status: str | None = None, error: str | None = None) -> RunView:
+    """The view of a run open in this process, from what it holds in memory (the engine
+    renders state.md from it while the run goes on)."""
+    record = run.backend.load_run(run.id) if status is None else None
+    status = status or (record.status if record else "running")
+    error = error if record is None else record.error
+    running = status not in ENDED
+    steps = build_steps(run.journal_entries(), run.program_source, running)
+    bindings = [BindingInfo(ref, kind, run.binding_location(ref))
+                for ref, kind in run.binding_index()]
+    agents = {agent: None for agent in run.agents()}
+    return RunView(run.id, run.store.kind, run.program_path, run.program_source, status,
+                   run.record.started, record.updated if record else run.record.updated,
+                   error, steps, run.frames(), bindings,
+                   _agent_locations(run.store, run.id, agents), run.usage_totals(),
+                   {s.line: s for s in live})
+
+
+__all__ = ["BindingInfo", "RunView", "Step", "build_steps", "load_view", "usage_of",
+           "view_of_run"]
