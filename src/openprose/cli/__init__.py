@@ -15,6 +15,7 @@ COMMANDS = {
     "export": "openprose.cli.export_cmd:export_command",
     "runs": "openprose.cli.runs_cmd:runs_command",
     "show": "openprose.cli.show_cmd:show_command",
+    "watch": "openprose.cli.watch_cmd:watch_command",
 }
 
 

@@ -66,6 +66,10 @@ class Step:
             data["error"] = self.error
         if self.kind == "verdict":
             data["verdict"], data["reason"] = self.verdict, self.reason
+        if self.started_at is not None:
+            data["started_at"] = self.started_at
+        if self.ended_at is not None:
+            data["ended_at"] = self.ended_at
         if self.duration is not None:
             data["duration_s"] = round(self.duration, 3)
         if self.usage.input_tokens or self.usage.output_tokens:
