@@ -123,3 +123,25 @@ def test_compile_does_not_import_engine_sdks_or_drivers() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_flood_of_diagnostics_is_capped_with_a_count(tmp_path: Path) -> None:
+    path = write(tmp_path, "parens.prose", "let x = " + "(" * 20_000 + "\n")
+    text = prose("compile", path)
+    assert text.returncode == 1
+    assert f"... and {20_000 + 1 - 100} more diagnostic(s) in {path}" in text.stderr
+    assert len(text.stderr) < 40_000
+    as_json = prose("compile", "--json", path)
+    payload = json.loads(as_json.stdout)
+    assert len(payload["diagnostics"]) == 100
+    assert payload["omitted"] == {path: 20_000 + 1 - 100}
+
+
+def test_a_long_line_is_clipped_in_the_excerpt(tmp_path: Path) -> None:
+    path = write(tmp_path, "long.prose", 'let x = "' + "a" * 100_000 + '" +\n')
+    text = prose("compile", path)
+    assert text.returncode == 1
+    excerpt, caret = text.stderr.splitlines()[1:3]
+    assert len(excerpt) < 200 and excerpt.strip().startswith("...")
+    assert excerpt.rstrip().endswith('" +')
+    assert caret.index("^") == len(excerpt.rstrip())  # just past the "+": a value is due

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from openprose.language import CompileResult, Severity, compile
+from openprose.language.canonical import format_program
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = (REPO / ".." / "shared" / "corpus").resolve()
@@ -203,7 +204,8 @@ def mutate(rng: random.Random, text: str, max_mutations: int = 4) -> str:
 def check(source: str, path: str | None = None) -> CompileResult:
     """Compile ``source``; raise AssertionError unless every diagnostic is well formed.
 
-    ``compile`` must never raise, must return a program unless it reports an error, and each diagnostic must have a
+    ``compile`` must never raise, must return a program unless it reports an error, a program
+    without errors must have a canonical form that compiles again, and each diagnostic must have a
     valid code and severity and a position inside the source (lines counted after the same
     newline normalization the lexer applies).
     """
@@ -223,4 +225,9 @@ def check(source: str, path: str | None = None) -> CompileResult:
         assert d.span.end_line <= len(lines), f"end line outside the source: {where}"
         d.format(source)
         d.to_dict()
+    if result.ok and result.program is not None:
+        canonical = format_program(result.program)
+        again = compile(canonical, path)
+        assert again.ok, (f"canonical form does not compile again: {again.errors[:1]}\n"
+                          f"canonical = {canonical!r}")
     return result

@@ -63,11 +63,17 @@ def _report(results: list[CompileResult], as_json: bool, no_warnings: bool) -> N
     diagnostics = [(r, d) for r in results for d in r.diagnostics
                    if d.is_error or not no_warnings]
     if as_json:
-        payload = {"diagnostics": [d.to_dict() for _, d in diagnostics]}
+        payload: dict[str, object] = {"diagnostics": [d.to_dict() for _, d in diagnostics]}
+        omitted = {r.path or "<input>": r.omitted for r in results if r.omitted}
+        if omitted:
+            payload["omitted"] = omitted
         click.echo(json.dumps(payload, indent=2))
         return
     for result, diagnostic in diagnostics:
         click.echo(diagnostic.format(result.source), err=True)
+    for result in results:
+        if result.omitted_note:
+            click.echo(result.omitted_note, err=True)
     errors = sum(len(r.errors) for r in results)
     warnings = sum(len(r.warnings) for r in results)
     if errors or (warnings and not no_warnings):

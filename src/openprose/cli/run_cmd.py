@@ -96,6 +96,8 @@ def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str 
     if not result.ok or result.program is None:
         for diagnostic in result.diagnostics:
             click.echo(diagnostic.format(source), err=True)
+        if result.omitted_note:
+            click.echo(result.omitted_note, err=True)
         sys.exit(2)
     from openprose.engine import runner
     from openprose.engine.errors import ImportFailed

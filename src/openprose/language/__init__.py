@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 from openprose.language import nodes
 from openprose.language.diagnostics import CompileError, Diagnostic, Severity
 
+#: The deepest syntax tree ``compile`` accepts; every later stage handles this depth within
+#: Python's default recursion limit (tests/language/test_depth.py checks each at the limit).
+MAX_TREE_DEPTH = 256
+#: The most diagnostics reported for one file; the rest are counted (``omitted``).
+MAX_DIAGNOSTICS = 100
+
 
 @dataclass
 class CompileResult:
@@ -20,6 +26,15 @@ class CompileResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     source: str = ""
     path: str | None = None
+    #: Diagnostics left out beyond :data:`MAX_DIAGNOSTICS` (errors are kept before warnings).
+    omitted: int = 0
+
+    @property
+    def omitted_note(self) -> str | None:
+        """``"... and N more diagnostics in FILE"`` when some were left out."""
+        if not self.omitted:
+            return None
+        return f"... and {self.omitted} more diagnostic(s) in {self.path or '<input>'}"
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -44,6 +59,10 @@ def compile(source: str, path: str | None = None) -> CompileResult:
     try:
         program, diagnostics = parse(source, path)
         if program is not None:
+            too_deep = _too_deep(program, path)
+            if too_deep is not None:
+                kept = _capped([*diagnostics, too_deep])
+                return CompileResult(None, kept, source, path, len(diagnostics) + 1 - len(kept))
             diagnostics.extend(validate(program, path))
     except RecursionError:  # a last line of defence; the parser bounds nesting itself
         span = nodes.Span(1, 1, 1, 1)
@@ -52,8 +71,34 @@ def compile(source: str, path: str | None = None) -> CompileResult:
                              source, path)
     finally:
         sys.setrecursionlimit(limit)
-    diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
-    return CompileResult(program, diagnostics, source, path)
+    kept = _capped(diagnostics)
+    return CompileResult(program, kept, source, path, len(diagnostics) - len(kept))
+
+
+def _capped(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """At most :data:`MAX_DIAGNOSTICS`, errors first, in source order."""
+    if len(diagnostics) > MAX_DIAGNOSTICS:
+        errors = [d for d in diagnostics if d.is_error]
+        warnings = [d for d in diagnostics if not d.is_error]
+        diagnostics = errors[:MAX_DIAGNOSTICS] + warnings[:max(0, MAX_DIAGNOSTICS - len(errors))]
+    return sorted(diagnostics, key=lambda d: (d.span.line, d.span.column, d.code))
+
+
+def _too_deep(program: nodes.Program, path: str | None) -> Diagnostic | None:
+    """An error if the syntax tree is deeper than :data:`MAX_TREE_DEPTH` (a long ``a + b +
+    ...`` chain or ``.a.b...`` member chain nests one level per term), so that every later
+    pass (validation, canonical form, planning, the interpreter) stays within Python's
+    recursion limit. Measured without recursion."""
+    stack: list[tuple[nodes.Node, int]] = [(program, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_TREE_DEPTH:
+            message = (f"this expression or block is nested more than {MAX_TREE_DEPTH} levels "
+                       "deep (a chain of operators or '.' members counts one level per term); "
+                       "split it with intermediate 'let' bindings or blocks")
+            return Diagnostic("E005", message, node.span, Severity.ERROR, path)
+        stack.extend((child, depth + 1) for child in node.children())
+    return None
 
 
 def compile_or_raise(source: str, path: str | None = None) -> nodes.Program:
@@ -66,6 +111,8 @@ def compile_or_raise(source: str, path: str | None = None) -> nodes.Program:
 
 
 __all__ = [
+    "MAX_DIAGNOSTICS",
+    "MAX_TREE_DEPTH",
     "CompileError",
     "CompileResult",
     "Diagnostic",

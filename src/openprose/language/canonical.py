@@ -34,6 +34,16 @@ def format_program(program: n.Program) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def _inline_discretion(text: str) -> str:
+    """``**text**``; spaced (``** *x* **``) where a bare ``*`` beside the markers, or no
+    text at all, would read as a ``***`` block marker (the lexer strips the spaces)."""
+    if not text:
+        return "** **"
+    if text[0] == "*" or text[-1] == "*":
+        return f"** {text} **"
+    return f"**{text}**"
+
+
 def _is_definition(node: n.Node) -> bool:
     return isinstance(node, n.AgentDef | n.BlockDef)
 
@@ -189,7 +199,7 @@ class _Printer:
 
     def print_Discretion(self, node: n.Discretion, level: int) -> list[str]:
         if not node.multiline:
-            return [f"**{node.text}**"]
+            return [_inline_discretion(node.text)]
         pad = INDENT * (level + 1)
         return ["***", *[(pad + line).rstrip() for line in node.text.split("\n")],
                 INDENT * level + "***"]
@@ -258,7 +268,7 @@ class _Printer:
             case n.Name():
                 return node.id, ATOM
             case n.Discretion():
-                return f"**{node.text}**", ATOM
+                return _inline_discretion(node.text), ATOM
             case n.Member():
                 return f"{self.inline(node.obj, ATOM)}.{node.attr}", ATOM
             case n.Index():

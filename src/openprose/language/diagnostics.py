@@ -53,8 +53,26 @@ class Diagnostic:
         if self.span.end_line == self.span.line:
             width = max(1, self.span.end_column - self.span.column)
         width = min(width, max(1, len(line) - self.span.column + 1))
-        caret = " " * (self.span.column - 1) + "^" + "~" * (width - 1)
+        line, column = _clip(line, self.span.column - 1)
+        width = max(1, min(width, len(line) - column))
+        caret = " " * column + "^" + "~" * (width - 1)
         return f"{text}\n    {line}\n    {caret}"
+
+
+EXCERPT = 120  # the most characters of a source line shown under a diagnostic
+
+
+def _clip(line: str, column: int) -> tuple[str, int]:
+    """A window of a long line around ``column`` (0-based), '...' marking what is cut; and
+    the column's place in it."""
+    if len(line) <= EXCERPT:
+        return line, column
+    start = max(0, column - EXCERPT // 3)
+    end = min(len(line), start + EXCERPT)
+    start = max(0, end - EXCERPT)
+    head = "..." if start else ""
+    tail = "..." if end < len(line) else ""
+    return head + line[start:end] + tail, column - start + len(head)
 
 
 class CompileError(Exception):

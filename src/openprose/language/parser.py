@@ -414,7 +414,7 @@ class Parser:
         if self.tok.kind is not T.NEWLINE or self.peek().kind is not T.INDENT:
             self.fail("E005", "parallel needs an indented block of branches")
         self.next()
-        self.next()
+        self.nest(self.next())  # INDENT
         branches = []
         while self.tok.kind not in (T.DEDENT, T.EOF):
             if self.tok.kind is T.NEWLINE:
@@ -428,6 +428,7 @@ class Parser:
                 self.synchronize()
                 if self.pos == before:
                     self.next()
+        self.depth -= 1
         if self.tok.kind is T.DEDENT:
             self.next()
         return n.Parallel(tuple(branches), join, on_fail, count, span=self.span(start))
