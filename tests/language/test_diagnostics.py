@@ -87,6 +87,7 @@ CASES = [
     ("W017", 'let x = "a"\nfor x in [1]:\n  session "a"\n', 2, 1,
      "loop variable 'x' hides a variable"),
     ("W018", 'session """hello {nobody}"""\n', 1, 18, "'{nobody}' names no variable"),
+    ("W019", 'session """a \\q"""\n', 1, 14, "unknown escape '\\q' is kept as written"),
 ]
 
 
@@ -177,8 +178,17 @@ def test_e001_triple_quote_closed_by_two_quotes_is_still_open():
 
 
 def test_e002_every_bad_escape_is_reported():
-    source = 'session "\\a\\b"\nsession """\\z"""\n'
-    assert diagnostics(source) == [("E002", 1, 10), ("E002", 1, 12), ("E002", 2, 12)]
+    source = 'session "\\a\\b"\nsession "x\\z"\n'
+    assert diagnostics(source) == [("E002", 1, 10), ("E002", 1, 12), ("E002", 2, 11)]
+
+
+def test_w019_triple_quoted_unknown_escapes_are_kept_as_written():
+    source = 'let x = session """curl -s \\\n  -H a \\z\n"""\n'
+    assert diagnostics(source) == [("W019", 1, 28), ("W019", 2, 8)]
+    result = compile(source, "t.prose")
+    assert result.ok
+    [let] = result.program.body
+    assert let.value.prompt.parts == ("curl -s \\\n  -H a \\z\n",)
 
 
 def test_valid_escapes_are_clean():

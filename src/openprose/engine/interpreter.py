@@ -697,7 +697,9 @@ class Interpreter:
             self.journal.bind(param, value, "param", eid, self.source_of(node))
         frame = Frame(block.name, eid, depth)
         try:
-            value = await self.body(block.body, Ctx(scope, path, frame))
+            # Its own task: the body starts on a fresh stack, so recursion through any
+            # nesting of constructs reaches max_depth instead of Python's recursion limit.
+            value = await asyncio.create_task(self.body(block.body, Ctx(scope, path, frame)))
         except _Return as returned:
             value = returned.value
         finally:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from openprose.engine.errors import ParallelFailed, ProgramError
+from openprose.engine.errors import ParallelFailed, ProgramError, RecursionLimitExceeded
 
 
 @dataclass(slots=True)
@@ -113,5 +113,8 @@ def _check(outcome: Outcome, strategy: str, on_fail: str, needed: int, total: in
         return
     else:
         message = f"{len(errors)} of {total} parallel branches failed"
+    for error in errors.values():  # the program's recursion limit, not one branch's failure
+        if isinstance(error, RecursionLimitExceeded):
+            raise error
     details = "; ".join(f"branch {i + 1}: {e.message}" for i, e in sorted(errors.items()))
     raise ParallelFailed(f"{message}: {details}", {str(i): e for i, e in errors.items()})

@@ -92,6 +92,9 @@ class Lexer:
     def error(self, code: str, message: str, span: Span) -> None:
         self.diagnostics.append(Diagnostic(code, message, span, Severity.ERROR, self.path))
 
+    def warn(self, code: str, message: str, span: Span) -> None:
+        self.diagnostics.append(Diagnostic(code, message, span, Severity.WARNING, self.path))
+
     def here(self) -> tuple[int, int]:
         return self.line, self.col
 
@@ -287,8 +290,15 @@ class Lexer:
                 else:
                     self.advance(1)
                     shown = "\\" + nxt if nxt and nxt != "\n" else "\\"
-                    self.error("E002", f"unknown escape '{shown}' (valid: \\\\ \\\" \\n \\t \\{{)",
-                               Span(esc_line, esc_col, esc_line, esc_col + len(shown)))
+                    where = Span(esc_line, esc_col, esc_line, esc_col + len(shown))
+                    if triple:  # kept as written: prompts carry shell continuation lines
+                        what = "a backslash at the end of a line" if shown == "\\" else \
+                            f"unknown escape '{shown}'"
+                        self.warn("W019", f"{what} is kept as written in a triple-quoted string",
+                                  where)
+                    else:
+                        self.error("E002", f"unknown escape '{shown}' (valid: \\\\ \\\" \\n "
+                                   f"\\t \\{{)", where)
                     buf.append("\\")
             elif ch == "{":
                 m = INTERPOLATION_RE.match(self.src, self.pos)

@@ -28,6 +28,8 @@ PATTERN_PERMISSIONS = frozenset({"read", "write", "execute"})
 MODE_PERMISSIONS = frozenset({"bash", "network"})
 PERMISSION_MODES = frozenset({"allow", "deny", "prompt"})
 MAX_PROMPT = 10_000
+#: The deepest block recursion the engine runs (``max_depth`` above it is an error).
+MAX_DEPTH_SUPPORTED = 1_000
 SKILL_SOURCE = re.compile(r"^(github:[\w.-]+/[\w.-]+(/[\w./-]*)?|npm:(@[\w.-]+/)?[\w.-]+"
                           r"|\.{1,2}/.*|/.*)$")
 USE_PATH = re.compile(r"^(https?://\S+|@?[\w.-]+/[\w./-]+|\.{0,2}/?[\w./-]+\.prose)$")
@@ -243,6 +245,9 @@ class Validator:
             seen.add(param)
         if block.max_depth is not None and block.max_depth < 1:
             self.error("E005", "max_depth must be at least 1", block.span)
+        if block.max_depth is not None and block.max_depth > MAX_DEPTH_SUPPORTED:
+            self.error("E005", f"max_depth {block.max_depth} is above the engine's limit of "
+                       f"{MAX_DEPTH_SUPPORTED:,}", block.span)
         self.statements(block.body, frozenset(block.params), in_catch=False)
 
     def loop_body(self, body: tuple[n.Node, ...], scope: frozenset[str],

@@ -1,0 +1,96 @@
+"""The README's test command and scripts/pg-up, as a user runs them from a fresh shell."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+HAS_PG = bool(list(Path("/usr/lib/postgresql").glob("*/bin/initdb")))
+
+
+def _fresh_env(**extra: str) -> dict[str, str]:
+    """What a new login shell has: no activated venv, no project variables."""
+    return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.environ.get("HOME", "/root"),
+            "LANG": "C.UTF-8", **extra}
+
+
+def _test_command() -> str:
+    section = README.split("Run the tests", 1)[1]
+    return re.search(r"```bash\n(.+?)\n```", section, re.S).group(1).strip()
+
+
+def test_readme_test_command_works_in_a_fresh_shell():
+    command = _test_command()
+    if not (ROOT / ".venv").is_dir():
+        pytest.skip("no .venv beside the checkout (the quickstart was not run here)")
+    # The printed command, narrowed to one small file so the suite does not run itself.
+    probe = subprocess.run(["bash", "-c", f"{command} -q tests/language/test_parser.py"],
+                           cwd=ROOT, env=_fresh_env(), capture_output=True, text=True,
+                           timeout=300)
+    assert probe.returncode == 0, probe.stdout[-2000:] + probe.stderr[-2000:]
+    assert " passed" in probe.stdout
+
+
+def test_readme_says_the_corpus_tests_use_shared():
+    around = README.split("Run the tests", 1)[1][:1500]
+    assert "../shared" in around
+
+
+@pytest.fixture
+def pg_dir():
+    path = Path(tempfile.mkdtemp(prefix="pg-up-"))
+    path.chmod(0o755)  # the server runs as 'postgres' when we are root
+    yield path / "cluster"
+    subprocess.run([ROOT / "scripts" / "pg-down"], env=_fresh_env(OPENPROSE_PG_DIR=str(
+        path / "cluster")), capture_output=True, timeout=60)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _pg_up(directory: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ROOT / "scripts" / "pg-up"],
+                          env=_fresh_env(OPENPROSE_PG_DIR=str(directory), **extra),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_pg_up_never_touches_a_directory_it_did_not_create(pg_dir):
+    pg_dir.mkdir()
+    (pg_dir / "precious").write_text("keep me")
+    refused = _pg_up(pg_dir)
+    assert refused.returncode != 0
+    assert "not created by scripts/pg-up" in refused.stderr and str(pg_dir) in refused.stderr
+    assert (pg_dir / "precious").read_text() == "keep me"
+    assert sorted(p.name for p in pg_dir.iterdir()) == ["precious"]
+
+
+@pytest.mark.skipif(not HAS_PG, reason="PostgreSQL server binaries not installed")
+def test_pg_up_uses_a_free_port_of_its_own_and_reuses_its_cluster(pg_dir):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = taken.getsockname()[1]
+    try:
+        first = _pg_up(pg_dir)
+        assert first.returncode == 0, first.stderr
+        port = int(re.search(r"127\.0\.0\.1:(\d+)/", first.stdout).group(1))
+        assert port != busy
+        (pg_dir / "data" / "marker-of-this-cluster").write_text("x")
+        again = _pg_up(pg_dir)  # a second pg-up reuses, never re-creates
+        assert again.returncode == 0 and again.stdout == first.stdout
+        assert (pg_dir / "data" / "marker-of-this-cluster").exists()
+    finally:
+        taken.close()
+
+
+def test_pg_up_documents_its_overrides():
+    text = (ROOT / "scripts" / "pg-up").read_text() + README
+    for name in ("OPENPROSE_PG_DIR", "OPENPROSE_PG_PORT"):
+        assert name in README and name in text
