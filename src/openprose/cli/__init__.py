@@ -16,6 +16,8 @@ COMMANDS = {
     "runs": "openprose.cli.runs_cmd:runs_command",
     "show": "openprose.cli.show_cmd:show_command",
     "watch": "openprose.cli.watch_cmd:watch_command",
+    "examples": "openprose.cli.examples_cmd:examples_command",
+    "help": "openprose.cli.help_cmd:help_command",
 }
 
 
