@@ -1,12 +1,18 @@
-"""Prompts hosts show as commands: ``prose-help`` and ``prose-run``.
+"""Prompts hosts show as commands: ``prose-run``, ``prose-compile``, ``prose-help``,
+``prose-examples`` and ``prose-update``.
 
-``prose-run`` checks the program first (compile errors come back as ``file:line:col: CODE
-message`` lines) and returns our VM text with the program. The state mode this server offers
-today is ``in-context``: the host keeps the run's state in the conversation by narration.
+Each returns our own text for the host model (package data in :mod:`openprose.prompts`) plus
+what the server found: ``prose-run`` and ``prose-compile`` compile the program first (errors as
+``file:line:col: CODE message`` lines), ``prose-examples`` lists the example programs and
+``prose-update`` the legacy files in the project. ``prose-run`` in a state backend mode
+(filesystem, sqlite, postgres) explains how to step the program with the server's tools;
+``in-context`` keeps the run in the conversation by narration.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -15,8 +21,11 @@ from mcp_types import INVALID_PARAMS
 
 from openprose import prompts
 from openprose.language import compile as compile_program
+from openprose.state import postgres_url
 
-STATE_MODES = ("in-context",)
+TOOL_MODES = ("filesystem", "sqlite", "postgres")
+STATE_MODES = (*TOOL_MODES, "in-context")
+INLINE = "(inline program)"
 
 
 class PromptError(ValueError):
@@ -36,32 +45,167 @@ def program_text(program: str, project_root: Path) -> tuple[str, str | None]:
     return path.read_text(encoding="utf-8"), str(path.relative_to(root))
 
 
-def run_prompt(program: str, project_root: Path, state: str = "in-context") -> str:
-    if state not in STATE_MODES:
-        raise PromptError(f"state mode {state!r} is not offered by this server (offered: "
-                          f"{', '.join(STATE_MODES)})")
+def _listing(source: str) -> str:
+    return f"```prose\n{source}{'' if source.endswith(chr(10)) else chr(10)}```\n"
+
+
+def _compiled(program: str, project_root: Path) -> tuple[str, str | None]:
     source, path = program_text(program, project_root)
     result = compile_program(source, path)
     if not result.ok:
         raise PromptError("the program does not compile:\n" + "\n".join(
             d.format().split("\n")[0] for d in result.errors))
-    name = path or "(inline program)"
-    return f"{prompts.load('run-in-context')}\n## Program: {name}\n\n```prose\n{source}\n```\n"
+    return source, path
+
+
+def run_prompt(program: str, project_root: Path, state: str = "filesystem") -> str:
+    if state not in STATE_MODES:
+        raise PromptError(f"state mode {state!r} is not offered by this server (offered: "
+                          f"{', '.join(STATE_MODES)})")
+    if state == "postgres" and not postgres_url(project_root):
+        raise PromptError("state mode 'postgres' needs OPENPROSE_POSTGRES_URL in .prose/.env "
+                          "or the environment")
+    source, path = _compiled(program, project_root)
+    name = path or INLINE
+    if state == "in-context":
+        return f"{prompts.load('run-in-context')}\n## Program: {name}\n\n{_listing(source)}"
+    how = (f"call `start_run` with program `{path}`" if path else
+           "call `start_run` with the source below as the program")
+    return (f"{prompts.load('run-tools')}\n## Your run\n\nState backend: `{state}`. To begin, "
+            f"{how} and state `{state}`.\n\n## Program: {name}\n\n{_listing(source)}")
+
+
+def compile_prompt(program: str, project_root: Path) -> str:
+    source, path = program_text(program, project_root)
+    result = compile_program(source, path)
+    name = path or INLINE
+    errors, warnings = len(result.errors), len(result.warnings)
+    verdict = (f"{name}: {errors} error(s), {warnings} warning(s)" if not result.ok else
+               f"{name} compiles: no errors, {warnings} warning(s)")
+    findings = "\n".join(d.format(source) for d in result.diagnostics)
+    return "\n".join([prompts.load("compile"), f"## Result: {verdict}", "",
+                      *([f"```\n{findings}\n```", ""] if findings else []),
+                      f"## Program: {name}", "", _listing(source)])
+
+
+def example_programs(project_root: Path) -> dict[str, tuple[str, str]]:
+    """name -> (location, source) of the example programs in the project's ``examples/``."""
+    folder = project_root / "examples"
+    if not folder.is_dir():
+        return {}
+    return {path.stem: (str(path.relative_to(project_root)), path.read_text(encoding="utf-8"))
+            for path in sorted(folder.glob("*.prose")) if path.is_file()}
+
+
+def _summary(source: str) -> str:
+    """The first comment line of a program, as its one-line description."""
+    for line in source.splitlines():
+        text = line.strip()
+        if text.startswith("#") and text.lstrip("# ").strip():
+            return text.lstrip("# ").strip()
+        if text and not text.startswith("#"):
+            break
+    return "(no description)"
+
+
+def examples_prompt(project_root: Path, name: str = "") -> str:
+    found = example_programs(project_root)
+    if name:
+        if name not in found:
+            raise PromptError(f"no example named {name!r} (examples: "
+                              f"{', '.join(found) or 'none'})")
+        location, source = found[name]
+        return (f"# Example: {name}\n\nThis is the example program `{location}`. Explain what "
+                f"it does step by step; to run it, use `prose-run` with program "
+                f"`{location}`.\n\n{_listing(source)}")
+    if not found:
+        return (prompts.load("examples") + "\nThis project has no example programs (none in "
+                "`examples/`). `prose-help` shows what a program can say.\n")
+    rows = [f"- `{key}` ({location}): {_summary(source)}"
+            for key, (location, source) in found.items()]
+    return prompts.load("examples") + "\n## Examples\n\n" + "\n".join(rows) + "\n"
+
+
+def legacy_findings(project_root: Path) -> list[str]:
+    """What older OpenProse versions left in ``.prose/`` that this version does not read."""
+    prose = project_root / ".prose"
+    findings = []
+    state_json = prose / "state.json"
+    if state_json.is_file():
+        try:
+            keys = sorted(json.loads(state_json.read_text(encoding="utf-8")))
+        except (ValueError, TypeError, OSError):
+            keys = []
+        named = ", ".join(f"`{key}`" for key in keys) or "no readable keys"
+        findings.append(f"`.prose/state.json` holds settings ({named}). Settings now live in "
+                        "`.prose/.env` as `KEY=value` lines: copy each key there (keep any line "
+                        "`.prose/.env` already has), then delete `state.json`.")
+    execution = prose / "execution"
+    if execution.is_dir():
+        runs = sorted(p.name for p in execution.iterdir() if p.is_dir())
+        findings.append(f"`.prose/execution/` holds {len(runs)} run(s) in the older layout. "
+                        "Runs now live in `.prose/runs/`: move each run directory there (rename "
+                        "any whose name is already taken). This server reads them as files but "
+                        "cannot continue them.")
+    runs_dir = prose / "runs"
+    if runs_dir.is_dir():
+        foreign = sorted(p.name for p in runs_dir.iterdir() if p.is_dir() and not (
+            (p / "run.json").is_file() or (p / "state.db").is_file()))
+        if foreign:
+            listed = ", ".join(f"`{name}`" for name in foreign[:20])
+            more = f" and {len(foreign) - 20} more" if len(foreign) > 20 else ""
+            findings.append(f"`.prose/runs/` has run directories the server did not write "
+                            f"({listed}{more}): they lack `run.json`, so they cannot be listed "
+                            "or resumed. Keep them as records, or move them to "
+                            "`.prose/archive/` to keep `.prose/runs/` for live runs.")
+    return findings
+
+
+def update_prompt(project_root: Path) -> str:
+    findings = legacy_findings(project_root)
+    if not findings:
+        return (prompts.load("update") + "\n## Findings\n\nNothing to update: this project's "
+                "`.prose/` is current. Tell the user so.\n")
+    return prompts.load("update") + "\n## Findings\n\n" + "\n".join(
+        f"{n}. {text}" for n, text in enumerate(findings, 1)) + "\n"
+
+
+def _answer(name: str, make: Callable[..., str], *args: object) -> str:
+    try:
+        return make(*args)
+    except (PromptError, OSError, UnicodeDecodeError) as exc:
+        raise MCPError(INVALID_PARAMS, f"{name}: {exc}") from None
 
 
 def register(mcp: MCPServer, project_root: str | Path) -> None:
     """Add the prompts to ``mcp``; program paths are read inside ``project_root`` only."""
     root = Path(project_root)
 
+    @mcp.prompt(name="prose-run",
+                description="Run an OpenProse program: you act as its VM. program: a .prose "
+                            "path in the project, or source text; state: filesystem (default), "
+                            "sqlite, postgres (kept by the server's tools) or in-context.")
+    def prose_run(program: str, state: str = "filesystem") -> str:
+        return _answer("prose-run", run_prompt, program, root, state)
+
+    @mcp.prompt(name="prose-compile",
+                description="Check an OpenProse program without running it. program: a .prose "
+                            "path in the project, or source text.")
+    def prose_compile(program: str) -> str:
+        return _answer("prose-compile", compile_prompt, program, root)
+
     @mcp.prompt(name="prose-help", description="What OpenProse programs can say, on one page.")
     def prose_help() -> str:
         return prompts.load("help")
 
-    @mcp.prompt(name="prose-run",
-                description="Run an OpenProse program: you act as its VM. program: a .prose "
-                            "path in the project, or source text; state: in-context.")
-    def prose_run(program: str, state: str = "in-context") -> str:
-        try:
-            return run_prompt(program, root, state)
-        except (PromptError, OSError, UnicodeDecodeError) as exc:
-            raise MCPError(INVALID_PARAMS, f"prose-run: {exc}") from None
+    @mcp.prompt(name="prose-examples",
+                description="List the example programs, or show one. name: an example's name "
+                            "(optional).")
+    def prose_examples(name: str = "") -> str:
+        return _answer("prose-examples", examples_prompt, root, name)
+
+    @mcp.prompt(name="prose-update",
+                description="Find files older OpenProse versions left in .prose/ and say how "
+                            "to bring them up to date.")
+    def prose_update() -> str:
+        return _answer("prose-update", update_prompt, root)
