@@ -20,6 +20,9 @@ class MemIO:
     def write_output(self, text: str) -> None:
         self.written = text
 
+    def output_location(self) -> str:
+        return self.journal.location(self.spec.binding or "anonymous", self.spec.execution_id)
+
     def read_memory(self) -> str | None:
         return self.journal.memory.get(self.spec.agent or "")
 

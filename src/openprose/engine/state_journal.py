@@ -64,6 +64,9 @@ class _IO:
         self.handle.write_output(text)
         self.wrote = True
 
+    def output_location(self) -> str:
+        return self.handle.run.binding_location(self.handle.binding)
+
     def read_memory(self) -> str | None:
         return self.handle.read_memory()
 

@@ -1,0 +1,258 @@
+"""Guided runs at the engine level: the host provider's pending items, answered by a scripted
+host, give the same run as ``prose run`` on the scripted provider."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from tests.mcp_server.guided_host import answer_items, host_loop
+
+from openprose.engine import ScriptedProvider, runner
+from openprose.engine.interpreter import Options
+from openprose.language import compile_or_raise
+from openprose.mcp_server.guided import HostProvider, ItemRefused, SessionItem
+from openprose.state import open_store
+
+_ROOT = Path(__file__).resolve().parents[2]
+# Beside the repository (a clone); a worktree under wt/ has it one level further up.
+CORPUS = next((p for p in (_ROOT.parent / "shared" / "corpus", _ROOT.parents[1] / "shared"
+                           / "corpus") if p.is_dir()), _ROOT.parent / "shared" / "corpus")
+
+# Program name → script: failures where the program handles them, verdicts for its loops.
+CASES = {
+    # Latencies order the races of prose run the way the host answers: in branch order.
+    "19-advanced-parallel.prose": {"sessions": [
+        {"match": "Fast but might fail", "fail": 9, "error": "down", "latency": 0.02},
+        {"match": "secondary API", "fail": 9, "error": "timeout"},
+        {"match": "enrichment 2", "fail": 9, "error": "no data"},
+        {"match": "approach A|creative", "latency": 0.02},
+        {"match": "catchy", "latency": 0.04},
+        {"match": "approach|headline|Slow but", "latency": 0.3}]},
+    "21-pipeline-operations.prose": {},
+    "22-error-handling.prose": {"sessions": [
+        {"match": "external API|Parse and validate|risky inner|Service B", "fail": 9,
+         "error": "boom"}]},
+    "23-retry-with-backoff.prose": {"sessions": [{"match": "API|fetch|Fetch", "fail": 1}]},
+    "25-conditionals.prose": {"conditions": [{"match": ".", "verdicts": [False, True]}],
+                              "choices": [{"match": ".", "verdicts": []}]},
+    "41-rlm-divide-conquer.prose": {"conditions": [{"match": ".", "verdicts": [False]}]},
+    "20-fixed-loops.prose": {"conditions": [{"match": ".", "verdicts": [False, False, True]}]},
+}
+
+
+async def _no_sleep(seconds: float) -> None:
+    return None
+
+
+def _job(path: Path, root: Path) -> runner.Job:
+    source = path.read_text(encoding="utf-8")
+    program = compile_or_raise(source, str(path))
+    return runner.Job(source=source, file=str(path), program=program, project_root=root,
+                      inputs={d.name: f"sample {d.name}" for d in program.inputs},
+                      options=Options(sleep=_no_sleep, loop_limit=50, max_concurrency=8))
+
+
+def _script(rules: dict) -> ScriptedProvider:
+    return ScriptedProvider({"default_output": "done: first point", **rules})
+
+
+def _instant(rules: dict) -> dict:
+    """The same answers without latencies (the host answers at once, in branch order)."""
+    return {section: [{k: v for k, v in rule.items() if k != "latency"} for rule in entries]
+            for section, entries in rules.items()}
+
+
+def _bindings(root: Path, run_id: str) -> dict:
+    with open_store(root) as store:
+        run = store.open_run(run_id)
+        return {(b.name, b.execution_id): b.value for b in run.bindings()}
+
+
+async def _guided(job: runner.Job, script: ScriptedProvider, reverse: bool = False):
+    host = HostProvider()
+    run = asyncio.ensure_future(runner.execute(job, host, host.observe))
+    await host_loop(host, script, run, reverse)
+    return await run
+
+
+def _counts(script: ScriptedProvider) -> dict:
+    counts: dict = {}
+    for call in script.calls:
+        if call.phase in ("end", "fail"):
+            counts[(call.kind, call.phase)] = counts.get((call.kind, call.phase), 0) + 1
+    return counts
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason="corpus not present")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_guided_equals_prose_run(name, tmp_path):
+    path = CORPUS / name
+    reference = _script(CASES[name])
+    expected = asyncio.run(runner.execute(_job(path, tmp_path / "a"), reference))
+    host_script = _script(_instant(CASES[name]))
+    got = asyncio.run(_guided(_job(path, tmp_path / "b"), host_script))
+    assert (got.status, got.error and got.error.split(": ", 1)[-1]) == (
+        expected.status, expected.error and expected.error.split(": ", 1)[-1])
+    assert got.outputs == expected.outputs
+    assert (got.sessions, got.reused) == (expected.sessions, expected.reused)
+    assert _bindings(tmp_path / "b", got.run_id) == _bindings(tmp_path / "a", expected.run_id)
+    assert _counts(host_script) == _counts(reference)
+
+
+PARALLEL = """\
+parallel:
+  a = session "Alpha"
+  b = session "Beta"
+  c = session "Gamma"
+output joined = session "Join"
+  context: { a, b, c }
+"""
+
+
+def _inline(source: str, root: Path, **options) -> runner.Job:
+    return runner.Job(source=source, file="p.prose", program=compile_or_raise(source, "p.prose"),
+                      project_root=root, options=Options(sleep=_no_sleep, **options))
+
+
+def test_parallel_items_pending_together_and_completed_in_reverse(tmp_path):
+    async def main():
+        host = HostProvider()
+        run = asyncio.ensure_future(runner.execute(_inline(PARALLEL, tmp_path), host,
+                                                   host.observe))
+        items = await host.wait_for_items(5)
+        assert sorted(i.request.binding for i in items) == ["a", "b", "c"]
+        for item in sorted(items, key=lambda i: i.request.binding, reverse=True):
+            written = await host.complete_session(item.token, f"value of {item.request.binding}")
+            assert written.binding == item.request.binding and written.size > 0
+            assert "value of" not in repr(written)  # the confirmation never holds the value
+        (join,) = await host.wait_for_items(5)
+        assert "a (10 characters)" in join.brief and join.token in join.brief
+        await host.complete_session(join.token, "all three")
+        return await run
+
+    outcome = asyncio.run(main())
+    assert outcome.status == "completed" and outcome.outputs == {"joined": "all three"}
+    assert _bindings(tmp_path, outcome.run_id)[("c", None)] == "value of c"
+
+
+def test_concurrency_caps_pending_items(tmp_path):
+    source = 'let xs = ["1", "2", "3", "4", "5"]\nparallel for x in xs:\n  session "Item {x}"\n'
+
+    async def main():
+        host = HostProvider()
+        run = asyncio.ensure_future(runner.execute(_inline(source, tmp_path, max_concurrency=2),
+                                                   host, host.observe))
+        seen = []
+        while not run.done():
+            items = await host.wait_for_items(0.2)
+            seen.append(len(items))
+            for item in items:
+                await host.complete_session(item.token, "ok")
+        return seen, await run
+
+    seen, outcome = asyncio.run(main())
+    assert outcome.status == "completed" and max(seen) == 2
+
+
+def test_first_join_ends_the_losers_tokens(tmp_path):
+    source = 'parallel ("first"):\n  a = session "A"\n  b = session "B"\n'
+
+    async def main():
+        host = HostProvider()
+        run = asyncio.ensure_future(runner.execute(_inline(source, tmp_path), host, host.observe))
+        items = await host.wait_for_items(5)
+        assert len(items) == 2
+        winner, loser = sorted(items, key=lambda i: i.request.binding, reverse=True)
+        await host.complete_session(winner.token, "b wins")
+        outcome = await run
+        with pytest.raises(ItemRefused, match="no longer needs it"):
+            await host.complete_session(loser.token, "too late")
+        return outcome
+
+    outcome = asyncio.run(main())
+    assert outcome.status == "completed"
+    assert _bindings(tmp_path, outcome.run_id)[("b", None)] == "b wins"
+
+
+def test_resend_is_idempotent_and_refusals_name_the_reason(tmp_path):
+    source = 'let x = session "Write"\nif **x looks right**:\n  output o = session "Yes"\n'
+
+    async def main():
+        host = HostProvider()
+        run = asyncio.ensure_future(runner.execute(_inline(source, tmp_path), host, host.observe))
+        (item,) = await host.wait_for_items(5)
+        first = await host.complete_session(item.token, "v1")
+        assert await host.complete_session(item.token, "v1") == first
+        with pytest.raises(ItemRefused, match="has ended"):
+            await host.complete_session(item.token, "v2")
+        (judgment,) = await host.wait_for_items(5)
+        assert judgment.to_dict()["condition"] == "x looks right"
+        with pytest.raises(ItemRefused, match="true or false"):
+            await host.submit_verdict(judgment.token, "maybe")
+        with pytest.raises(ItemRefused, match="not a session"):
+            await host.complete_session(judgment.token, "v")
+        with pytest.raises(ItemRefused, match="unknown session token"):
+            await host.complete_session("gs_nothing", "v")
+        assert await host.submit_verdict(judgment.token, "TRUE") is True
+        (last,) = await host.wait_for_items(5)
+        await host.complete_session(last.token, "yes")
+        return await run
+
+    outcome = asyncio.run(main())
+    assert outcome.outputs == {"o": "yes"}
+
+
+def test_failed_session_is_retried_then_caught(tmp_path):
+    source = ('try:\n  let x = session "Flaky"\n    retry: 1\ncatch as err:\n'
+              '  output o = session "Recover"\n    context: err\n')
+
+    async def main():
+        host = HostProvider()
+        run = asyncio.ensure_future(runner.execute(_inline(source, tmp_path), host, host.observe))
+        (first,) = await host.wait_for_items(5)
+        assert "retrying" in await host.fail_session(first.token, "rate limited")
+        (second,) = await host.wait_for_items(5)
+        assert second.to_dict()["attempt"] == 2 and second.token != first.token
+        assert "error handling" in await host.fail_session(second.token, "still down")
+        (recover,) = await host.wait_for_items(5)
+        assert recover.request.prompt == "Recover"
+        await host.complete_session(recover.token, "recovered")
+        return await run
+
+    outcome = asyncio.run(main())
+    assert outcome.outputs == {"o": "recovered"}
+
+
+def test_restart_reuses_finished_sessions_and_verdicts(tmp_path):
+    source = 'let a = session "One"\nif **a is good**:\n  let b = session "Two"\noutput o = b\n'
+
+    async def first_half():
+        host = HostProvider()
+        job = _inline(source, tmp_path)
+        run = asyncio.ensure_future(runner.execute(job, host, host.observe))
+        (one,) = await host.wait_for_items(5)
+        await host.complete_session(one.token, "A")
+        (judgment,) = await host.wait_for_items(5)
+        await host.submit_verdict(judgment.token, True, "fine")
+        (two,) = await host.wait_for_items(5)
+        run.cancel()  # the server goes away with "Two" pending
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        return job.run_id, two.request.prompt
+
+    run_id, pending_prompt = asyncio.run(first_half())
+
+    async def second_half():
+        host = HostProvider()
+        job = runner.resume_job(run_id, tmp_path, None, options=Options(sleep=_no_sleep))
+        run = asyncio.ensure_future(runner.execute(job, host, host.observe))
+        items = await host.wait_for_items(5)
+        assert [i.request.prompt for i in items] == [pending_prompt]  # only what was pending
+        await answer_items(host, _script({}), items)
+        return await run
+
+    outcome = asyncio.run(second_half())
+    assert outcome.status == "completed" and outcome.reused == 1
+    assert isinstance(SessionItem, type)
