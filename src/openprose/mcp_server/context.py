@@ -30,6 +30,23 @@ class Mode(Protocol):
         """The run was resumed (fresh VM token issued); the text is appended to the reply."""
 
 
+class SessionRoute(Protocol):
+    """Session tokens the state layer does not know (a guided run's ``gs_`` tokens): the
+    session tools hand them to the route that owns them."""
+
+    def owns(self, token: str) -> bool: ...
+
+    async def write(self, token: str, value: str, summary: str | None) -> Any:
+        """write_binding: returns the tool's result."""
+
+    async def read(self, token: str, name: str, offset: int, limit: int) -> Any:
+        """read_binding: returns the tool's result."""
+
+    async def read_memory(self, token: str) -> str | None: ...
+
+    async def write_memory(self, token: str, text: str) -> None: ...
+
+
 @dataclass
 class ServerContext:
     project_root: Path
@@ -38,6 +55,11 @@ class ServerContext:
     registry: RunRegistry
     modes: dict[str, Mode] = field(default_factory=dict)
     watcher: RunWatcher | None = None
+    session_routes: list[SessionRoute] = field(default_factory=list)
+
+    def session_route(self, token: str) -> SessionRoute | None:
+        """The route owning ``token`` when it is not a state-layer session token."""
+        return next((route for route in self.session_routes if route.owns(token)), None)
 
     def outside_writes(self, run_id: str) -> list[str]:
         if self.watcher is None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 
-from openprose.mcp_server import prompts, resources, tools_runs
+from openprose.mcp_server import prompts, resources, tools_engine, tools_runs
 from openprose.mcp_server.context import Mode, ServerContext
 from openprose.mcp_server.resources import RunCatalog
 from openprose.mcp_server.runs import RunRegistry
@@ -41,18 +41,27 @@ def create_server(project_root: str | Path, *, home: str | Path | None = None,
     updates = RunUpdates()
     catalog = RunCatalog(root, home=home)
     ctx = ServerContext(root, catalog, updates, RunRegistry(catalog), dict(modes or {}))
+    engine = tools_engine.EngineModes(ctx)
+    connections = 0
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[ServerContext]:
-        if not watch or ctx.watcher is not None:  # one watcher however many connections
-            yield ctx
-            return
-        async with watching(root, updates, home=home) as watcher:
-            ctx.watcher = watcher
-            try:
+        nonlocal connections
+        connections += 1
+        try:
+            if not watch or ctx.watcher is not None:  # one watcher however many connections
                 yield ctx
-            finally:
-                ctx.watcher = None
+                return
+            async with watching(root, updates, home=home) as watcher:
+                ctx.watcher = watcher
+                try:
+                    yield ctx
+                finally:
+                    ctx.watcher = None
+        finally:
+            connections -= 1
+            if not connections:  # the last connection went: runs are interrupted, resumable
+                await engine.aclose()
 
     mcp = MCPServer(name, instructions=INSTRUCTIONS, lifespan=lifespan,
                     subscriptions=updates.bus)
@@ -61,6 +70,7 @@ def create_server(project_root: str | Path, *, home: str | Path | None = None,
     resources.register(mcp, catalog, ctx.outside_writes)
     prompts.register(mcp, root)
     tools_runs.register(mcp, ctx)
+    tools_engine.register(mcp, ctx, engine)
     return mcp
 
 

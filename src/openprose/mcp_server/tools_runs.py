@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ToolAnnotations
 
@@ -185,22 +185,39 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         return reply(status, status_text(status))
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
-    async def resume_run(run_id: str, take_over: bool = False
+    async def resume_run(run_id: str, context: Context, take_over: bool = False,
+                         inputs: dict[str, str] | None = None
                          ) -> Annotated[CallToolResult, ResumeResult]:
-        """Continue a run after the conversation restarted: returns a fresh VM token (the old
-        one stops working), the run's status and its outline. take_over=true hands a run the
-        engine started over to you."""
+        """Continue a run the way it was started, after the conversation or the server
+        restarted: returns a fresh VM token (the old one stops working), the run's status and
+        its outline. take_over=true hands a run the engine started over to you. inputs: values
+        for declared inputs the run is still missing."""
         driven = ctx.registry.get(run_id)
-        driven.live()
+        engine_driven = driven.mode in ctx.modes
+        if not (engine_driven and driven.run.status in ("interrupted", "failed")):
+            driven.live()
         if driven.mode == ENGINE and not take_over:
             raise Refusal("a run the engine started is not driven by a host VM token without "
                           "an explicit hand-over",
                           f"run {run_id} was started by the engine; pass take_over=true")
+        given = dict(inputs or {})
+        unknown = sorted(set(given) - set(driven.outline.inputs))
+        if unknown:
+            declared = ", ".join(driven.outline.inputs) or "none"
+            raise Refusal("inputs are the names the program declares with 'input'",
+                          f"unknown input(s) {', '.join(unknown)} (declared: {declared})")
+        for name, value in given.items():
+            statement = next(s for s in driven.outline.statements.values()
+                             if s.kind == "input" and s.binds == name)
+            driven.run.write_binding(BindingRef(name), value, "input", statement.source)
         mode = HOST if driven.mode == ENGINE else driven.mode
         token = record_driver(driven, mode)
         extra = None
         if mode != HOST and mode in ctx.modes:
-            extra = await ctx.modes[mode].resumed(ctx, driven)
+            hook = ctx.modes[mode]
+            if hasattr(hook, "client"):
+                hook.client = context  # a delegated run on sampling asks this client
+            extra = await hook.resumed(ctx, driven)
         status = status_of(driven)
         result = ResumeResult(run_id=run_id, vm_token=token, mode=mode, state=status,
                               outline=outline_items(driven.outline))

@@ -1,0 +1,144 @@
+"""Results of the engine-run tools (guided and delegated runs): small pydantic models, sent
+as structured content without empty fields, plus a compact text for the model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel
+
+from openprose.mcp_server.engine_runs import Progress
+
+
+class ContextRef(BaseModel):
+    name: str
+    text: str
+    location: str
+
+
+class PendingItem(BaseModel):
+    """A session (``brief`` says everything) or a judgment waiting for the host."""
+
+    kind: str
+    token: str
+    binding: str | None = None
+    brief: str | None = None
+    attempt: int | None = None
+    condition: str | None = None
+    options: list[str] | None = None
+    context: list[ContextRef] | None = None
+    round: int | None = None
+
+    def text(self) -> str:
+        if self.kind == "session":
+            attempt = f" (attempt {self.attempt})" if self.attempt else ""
+            return f"## session {self.token} -> {self.binding}{attempt}\n{self.brief}"
+        lines = [f"## judgment {self.token}: {self.condition}"]
+        if self.options:
+            lines.append("options: " + " | ".join(self.options))
+        else:
+            lines.append("answer: true or false")
+        for item in self.context or ():
+            lines.append(f"- {item.name} ({item.location}): {item.text}")
+        lines.append(f'Answer with submit_verdict(token="{self.token}", value, reason).')
+        return "\n".join(lines)
+
+
+class OutputRef(BaseModel):
+    name: str
+    location: str
+
+
+class ProgressInfo(BaseModel):
+    line: int
+    statement: str
+    sessions_done: int
+    sessions_in_flight: int
+    sessions_reused: int
+    verdicts: int
+
+    @classmethod
+    def of(cls, progress: Progress) -> ProgressInfo:
+        return cls(line=progress.line, statement=progress.statement,
+                   sessions_done=progress.done, sessions_in_flight=progress.in_flight,
+                   sessions_reused=progress.reused, verdicts=progress.verdicts)
+
+
+class NextStep(BaseModel):
+    run_id: str
+    status: str
+    pending: list[PendingItem] = []
+    outputs: list[OutputRef] | None = None
+    error: str | None = None
+    missing_inputs: list[str] | None = None
+
+
+class VerdictAck(BaseModel):
+    token: str
+    value: bool | str
+    recorded: bool
+
+
+class FailAck(BaseModel):
+    token: str
+    next: str
+
+
+class RunReport(BaseModel):
+    """A run the engine drives (or drove): where it is and what it cost."""
+
+    run_id: str
+    mode: str
+    status: str
+    backend: str
+    provider: str | None = None
+    progress: ProgressInfo | None = None
+    outputs: list[OutputRef] | None = None
+    sessions: int | None = None
+    reused: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    error: str | None = None
+    missing_inputs: list[dict[str, str]] | None = None
+    hint: str | None = None
+
+
+class CancelResult(BaseModel):
+    run_id: str
+    status: str
+
+
+class RunEntry(BaseModel):
+    run_id: str
+    status: str
+    program: str | None = None
+    backend: str
+    started: str | None = None
+
+
+class RunList(BaseModel):
+    runs: list[RunEntry]
+
+
+class Diagnostic(BaseModel):
+    file: str | None
+    code: str
+    severity: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    message: str
+
+
+class CompileReport(BaseModel):
+    ok: bool
+    diagnostics: list[Diagnostic]
+
+
+def compact(result: BaseModel, text: str) -> CallToolResult:
+    """``result`` as structured content (empty fields left out) and ``text`` for the model."""
+    data: dict[str, Any] = result.model_dump(mode="json", exclude_none=True)
+    return CallToolResult(content=[TextContent(type="text", text=text)],
+                          structured_content=data)

@@ -1,0 +1,116 @@
+"""The sampling provider: a delegated run's sessions and judgments answered by the MCP
+client's own model (``sampling/createMessage``), for clients that declare sampling.
+
+A session is one sampling request: the task, the agent's instructions as the system prompt
+and the context inlined (the client's model cannot read the run's state); the reply's text is
+the binding. A judgment asks for a structured reply, one line of JSON
+``{"value": ..., "reason": "..."}``, read leniently (a bare true/false or option label also
+counts). Sampling needs a connection on which the server may send requests (the handshake
+protocol era); the caller checks that before choosing this provider.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any
+
+from mcp_types import CreateMessageResult, SamplingMessage, TextContent
+
+from openprose.engine import (
+    JudgeRequest,
+    Provider,
+    ProviderError,
+    SessionIO,
+    SessionRequest,
+    SessionResult,
+    Usage,
+    Verdict,
+)
+from openprose.engine.provider import inline_context
+
+MAX_TOKENS = 8192
+JUDGE_TOKENS = 512
+
+
+class SamplingProvider(Provider):
+    name = "sampling"
+
+    def __init__(self, session: Any, max_tokens: int = MAX_TOKENS) -> None:
+        """``session``: the MCP server session of the client to sample."""
+        self.session = session
+        self.max_tokens = max_tokens
+
+    async def run_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:
+        parts = [request.prompt]
+        if request.context:
+            parts.append("Context:\n" + inline_context(request.context))
+        if request.memory:
+            parts.append("Your memory from earlier sessions:\n" + request.memory)
+        system = ("You are one session of an OpenProse program run. Do the task; answer with "
+                  "your complete result only.")
+        if request.system:
+            system += "\n\n" + request.system
+        text = await self._sample("\n\n".join(parts), system, self.max_tokens)
+        if request.persistent:
+            io.write_memory(f"{request.memory or ''}\n- {request.prompt[:200]}".strip())
+        return SessionResult(text, Usage(), text[:200])
+
+    async def judge(self, request: JudgeRequest) -> Verdict:
+        if request.options:
+            ask = ("Pick the option that best fits. Reply with one line of JSON: "
+                   '{"value": "<one option, verbatim>", "reason": "<why>"}\nOptions:\n'
+                   + "\n".join(f"- {option}" for option in request.options))
+        else:
+            ask = ('Decide whether the condition holds (when unsure: false). Reply with one '
+                   'line of JSON: {"value": true or false, "reason": "<why>"}')
+        parts = [f"Condition: {request.text}", ask]
+        if request.context:
+            parts.append("What the run has produced:\n" + inline_context(request.context))
+        reply = await self._sample("\n\n".join(parts), "You judge conditions of an OpenProse "
+                                   "program run. Answer with the JSON line only.", JUDGE_TOKENS)
+        value, reason = read_verdict(reply, request.options)
+        return Verdict(value, reason)
+
+    async def _sample(self, text: str, system: str, max_tokens: int) -> str:
+        message = SamplingMessage(role="user", content=TextContent(type="text", text=text))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # sampling is marked deprecated in 2026-07-28
+                result = await self.session.create_message([message], max_tokens=max_tokens,
+                                                           system_prompt=system)
+        except Exception as err:  # the client refused, went away, or cannot be asked
+            raise ProviderError(f"the client's model could not be sampled: {err}",
+                                retryable=False) from err
+        if not isinstance(result, CreateMessageResult) or not isinstance(result.content,
+                                                                       TextContent):
+            raise ProviderError("the client's model replied without text", retryable=False)
+        return result.content.text
+
+
+def read_verdict(reply: str, options: tuple[str, ...]) -> tuple[bool | str, str]:
+    """A verdict from a structured reply (JSON ``value``/``reason``), or a bare answer."""
+    text = reply.strip()
+    value: Any = text
+    reason = ""
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        try:
+            data = json.loads(text[start:end + 1])
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and "value" in data:
+            value, reason = data["value"], str(data.get("reason", ""))
+    if options:
+        for option in options:
+            if isinstance(value, str) and value.strip().lower() == option.lower():
+                return option, reason
+        raise ProviderError(f"the client's model picked {value!r}, not one of {list(options)}")
+    if isinstance(value, bool):
+        return value, reason
+    word = str(value).strip().lower().split()[:1]
+    if word and word[0].strip(".,!") in ("true", "yes"):
+        return True, reason
+    if word and word[0].strip(".,!") in ("false", "no"):
+        return False, reason
+    raise ProviderError(f"the client's model gave no true/false verdict: {text[:80]!r}")
