@@ -18,6 +18,7 @@ COMMANDS = {
     "watch": "openprose.cli.watch_cmd:watch_command",
     "examples": "openprose.cli.examples_cmd:examples_command",
     "help": "openprose.cli.help_cmd:help_command",
+    "install-skill": "openprose.cli.install_skill_cmd:install_skill_command",
 }
 
 

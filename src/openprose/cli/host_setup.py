@@ -1,0 +1,161 @@
+"""What each chat host needs to reach ``prose serve``: the Claude Desktop ``mcpServers`` entry
+(merged into an existing config file, backed up first), the Claude Code plugin and
+``claude mcp add`` lines, and where the plugin folder is on this installation."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.resources import files
+from pathlib import Path
+
+SERVER_NAME = "openprose"
+MARKETPLACE_NAME = "openprose"
+PLUGIN_ID = f"{SERVER_NAME}@{MARKETPLACE_NAME}"
+MARKETPLACE_FILE = Path(".claude-plugin") / "marketplace.json"
+
+
+class HostSetupError(Exception):
+    """Setup cannot proceed; the message names the file and the problem."""
+
+
+def prose_executable() -> Path:
+    """The absolute path of the ``prose`` command running now (or installed beside Python)."""
+    names = ("prose", "prose.exe")
+    argv0 = Path(sys.argv[0])
+    if argv0.name in names and argv0.is_file():
+        return argv0.absolute()
+    for name in names:
+        beside = Path(sys.executable).parent / name
+        if beside.is_file():
+            return beside.absolute()
+    found = shutil.which("prose")
+    if found:
+        return Path(found).absolute()
+    raise HostSetupError("cannot find the 'prose' executable; install the openprose package "
+                         "so that 'prose' is on PATH")
+
+
+def marketplace_root() -> Path | None:
+    """The folder holding ``.claude-plugin/marketplace.json``: the source checkout this package
+    runs from, or the copy a wheel carries; None if neither is present."""
+    checkout = Path(__file__).resolve().parents[3]
+    if (checkout / MARKETPLACE_FILE).is_file():
+        return checkout
+    bundled = Path(str(files("openprose").joinpath("claude_plugin")))
+    if (bundled / MARKETPLACE_FILE).is_file():
+        return bundled
+    return None
+
+
+def desktop_config_path() -> Path:
+    """Claude Desktop's ``claude_desktop_config.json`` for this user and platform."""
+    home = Path.home()
+    if sys.platform == "darwin":
+        return home / "Library" / "Application Support" / "Claude" / "claude_desktop_config.json"
+    if sys.platform == "win32":
+        appdata = os.environ.get("APPDATA") or str(home / "AppData" / "Roaming")
+        return Path(appdata) / "Claude" / "claude_desktop_config.json"
+    config_home = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
+    return Path(config_home) / "Claude" / "claude_desktop_config.json"
+
+
+def server_entry(executable: Path, project: Path) -> dict:
+    """The ``mcpServers`` entry that starts ``prose serve`` for ``project``."""
+    return {"command": str(executable), "args": ["serve", "--project", str(project)]}
+
+
+@dataclass(frozen=True)
+class DesktopResult:
+    config: Path
+    changed: bool
+    backup: Path | None
+    replaced: dict | None  # the previous openprose entry, when there was a different one
+
+
+def install_desktop(config: Path, entry: dict) -> DesktopResult:
+    """Merge ``entry`` as ``mcpServers.openprose`` into ``config``, keeping everything else.
+
+    An existing file is copied to a new timestamped backup before it is rewritten; the new
+    content is written to a temporary file and moved into place. Nothing changes (and no
+    backup is made) when the entry is already there.
+    """
+    if config.is_symlink():
+        raise HostSetupError(f"{config} is a symbolic link; pass --config with the file it "
+                             "points to")
+    data: dict = {}
+    original: bytes | None = None
+    if config.exists():
+        if not config.is_file():
+            raise HostSetupError(f"{config} is not a regular file")
+        original = config.read_bytes()
+        if original.strip():
+            try:
+                data = json.loads(original)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise HostSetupError(f"{config}: not valid JSON ({exc}); fix or move it, "
+                                     "then run this again") from None
+        if not isinstance(data, dict):
+            raise HostSetupError(f"{config}: the top level is not a JSON object")
+    servers = data.setdefault("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise HostSetupError(f"{config}: 'mcpServers' is not a JSON object")
+    previous = servers.get(SERVER_NAME)
+    if previous == entry:
+        return DesktopResult(config, False, None, None)
+    servers[SERVER_NAME] = entry
+    backup = None
+    if original is not None:
+        backup = _backup(config, original)
+    config.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(config, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    return DesktopResult(config, True, backup, previous)
+
+
+def _backup(config: Path, content: bytes) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    for n in range(1000):
+        suffix = f".{stamp}.bak" if n == 0 else f".{stamp}-{n}.bak"
+        target = config.with_name(config.name + suffix)
+        try:
+            with target.open("xb") as handle:  # never overwrites an earlier backup
+                handle.write(content)
+        except FileExistsError:
+            continue
+        shutil.copymode(config, target)
+        return target
+    raise HostSetupError(f"cannot find a free backup name beside {config}")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def claude_code_lines(executable: Path, marketplace: Path | None) -> list[str]:
+    """Shell lines that install the plugin (when its folder is available) and, as the
+    alternative without the skill, register only the MCP server."""
+    lines = []
+    if marketplace is not None:
+        lines += ["# the plugin: the open-prose skill, the /prose command and the MCP server",
+                  f"claude plugin marketplace add {shlex.quote(str(marketplace))}",
+                  f"claude plugin install {PLUGIN_ID}"]
+    lines += ["# or only the MCP server, for every project of this user",
+              f"claude mcp add --scope user {SERVER_NAME} -- {shlex.quote(str(executable))} serve"]
+    return lines

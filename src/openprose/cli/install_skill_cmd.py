@@ -1,0 +1,78 @@
+"""``prose install-skill``: connect Claude Desktop or Claude Code to ``prose serve``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from openprose.cli.host_setup import (
+    SERVER_NAME,
+    HostSetupError,
+    claude_code_lines,
+    desktop_config_path,
+    install_desktop,
+    marketplace_root,
+    prose_executable,
+    server_entry,
+)
+
+
+@click.command("install-skill")
+@click.option("--claude-desktop", "target", flag_value="desktop",
+              help="Add the openprose server to Claude Desktop's claude_desktop_config.json "
+                   "(other entries kept, a backup written first).")
+@click.option("--claude-code", "target", flag_value="code",
+              help="Print the 'claude plugin' and 'claude mcp add' lines for Claude Code.")
+@click.option("--print", "target", flag_value="print", default=True,
+              help="Print what every host needs and change nothing (the default).")
+@click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=".",
+              show_default=True, help="Project the Claude Desktop server reads programs from "
+                                      "and keeps runs in.")
+@click.option("--config", "config", type=click.Path(dir_okay=False, path_type=Path),
+              help="Claude Desktop config file to edit (default: the platform's location).")
+def install_skill_command(target: str, project: Path, config: Path | None) -> None:
+    """Connect a chat host to the OpenProse MCP server.
+
+    Claude Desktop gets an 'openprose' entry under mcpServers with the absolute path of this
+    prose executable; running it again changes nothing. Claude Code gets the plugin (skill,
+    /prose command and server) through its marketplace, or the server alone.
+    """
+    try:
+        executable = prose_executable()
+        root = project.resolve()
+        if not root.is_dir():
+            raise HostSetupError(f"--project {project}: no such directory")
+        entry = server_entry(executable, root)
+        if target == "desktop":
+            _desktop(config or desktop_config_path(), entry)
+        elif target == "code":
+            click.echo("\n".join(claude_code_lines(executable, marketplace_root())))
+        else:
+            _print_all(executable, entry, config or desktop_config_path())
+    except (HostSetupError, OSError) as exc:
+        click.echo(f"prose install-skill: {exc}", err=True)
+        sys.exit(1)
+
+
+def _desktop(config: Path, entry: dict) -> None:
+    result = install_desktop(config, entry)
+    if not result.changed:
+        click.echo(f"Claude Desktop already has the '{SERVER_NAME}' server in {config}; "
+                   "nothing changed.")
+        return
+    if result.backup:
+        click.echo(f"Backed up {config} to {result.backup}")
+    if result.replaced is not None:
+        click.echo(f"Replaced the previous '{SERVER_NAME}' entry (kept in the backup).")
+    click.echo(f"Added the '{SERVER_NAME}' server to {config}. Restart Claude Desktop to use it.")
+
+
+def _print_all(executable: Path, entry: dict, config: Path) -> None:
+    snippet = json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2)
+    click.echo(f"Claude Desktop: merge this into {config}\n"
+               f"(or run: prose install-skill --claude-desktop)\n\n{snippet}\n")
+    click.echo("Claude Code:\n\n" + "\n".join(claude_code_lines(executable, marketplace_root())))
+    click.echo(f"\nAny other MCP client (stdio): {executable} serve --project {entry['args'][2]}")

@@ -1,0 +1,53 @@
+"""Claude Code (the npm package ``@anthropic-ai/claude-code``, pinned in ``.ci/run``) as a real
+host in tests: found on PATH or through ``OPENPROSE_TEST_CLAUDE``; tests skip without it
+locally and fail without it under ``CI=true``. Every run gets a throwaway HOME and talks only to
+a local fake of the Messages API."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN_DIR = REPO / "skill"
+PROSE = Path(sys.executable).with_name("prose")
+# Tools of the plugin's server as Claude Code names them.
+TOOL_PREFIX = "mcp__plugin_openprose_openprose__"
+
+
+def claude_executable() -> str:
+    """The ``claude`` command, or skip (fail under CI=true) when it is not installed."""
+    found = os.environ.get("OPENPROSE_TEST_CLAUDE") or shutil.which("claude")
+    if found:
+        return found
+    if os.environ.get("CI") == "true":
+        pytest.fail("Claude Code is required when CI=true: .ci/run installs it from npm")
+    pytest.skip("Claude Code ('claude') is not installed; .ci/run installs it")
+
+
+def claude_env(home: Path, api_url: str | None = None) -> dict[str, str]:
+    """Environment for a hermetic Claude Code: its own HOME, no telemetry, MCP tools listed
+    directly (no ToolSearch) and servers connected before the first request; ``prose`` of this
+    virtualenv first on PATH."""
+    home.mkdir(parents=True, exist_ok=True)
+    keep = {k: v for k, v in os.environ.items()
+            if k in ("PATH", "LANG", "LC_ALL", "TMPDIR", "OPENPROSE_TEST_POSTGRES_URL")}
+    env = {**keep, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+           "PATH": f"{PROSE.parent}{os.pathsep}{keep.get('PATH', '')}",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+           "DISABLE_AUTOUPDATER": "1", "ENABLE_TOOL_SEARCH": "false",
+           "MCP_CONNECTION_NONBLOCKING": "false"}
+    if api_url is not None:
+        env |= {"ANTHROPIC_API_KEY": "sk-test-fake", "ANTHROPIC_BASE_URL": api_url}
+    return env
+
+
+def run_claude(args: list[str], home: Path, cwd: Path, api_url: str | None = None,
+               timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([claude_executable(), *args], env=claude_env(home, api_url), cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
