@@ -18,6 +18,8 @@ COMMANDS = {
     "watch": "openprose.cli.watch_cmd:watch_command",
     "examples": "openprose.cli.examples_cmd:examples_command",
     "help": "openprose.cli.help_cmd:help_command",
+    "update": "openprose.cli.update_cmd:update_command",
+    "doctor": "openprose.cli.doctor_cmd:doctor_command",
     "install-skill": "openprose.cli.install_skill_cmd:install_skill_command",
 }
 

@@ -13,7 +13,7 @@ def read_env_file(project_root: Path) -> dict[str, str]:
     path = project_root / ".prose" / ".env"
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no file, or no .prose/ directory
         return {}
     values: dict[str, str] = {}
     for raw in text.splitlines():
