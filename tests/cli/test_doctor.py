@@ -158,6 +158,7 @@ def test_hosts_configured_by_install_skill_are_recognized(tmp_path: Path, home: 
     (home / ".claude" / "settings.json").write_text(
         json.dumps({"enabledPlugins": {"openprose@openprose": True}}))
     code, found, _ = checks(project)
+    assert code == 0
     assert found["claude desktop"]["status"] == "ok"
     assert found["claude code"] == {"name": "claude code", "status": "ok",
                                     "detail": "plugin openprose@openprose enabled", "fix": ""}
