@@ -121,14 +121,21 @@ def fake_api(root):
 
 
 async def test_run_program_on_anthropic_against_a_fake_messages_api(root, fake_api):
+    seen: list[str | None] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append(message)
+
     async with Client(create_server(root, watch=False), mode="legacy") as client:
         result = await client.call_tool("run_program", {
-            "program": "p.prose", "inputs": {"topic": "tides"}, "provider": "anthropic"})
+            "program": "p.prose", "inputs": {"topic": "tides"}, "provider": "anthropic"},
+            progress_callback=progress)
     report = result.structured_content
     assert report["status"] == "completed", result.content[0].text
     assert report["provider"] == "anthropic" and report["tokens"] == 4 * 15
     assert len(fake_api) == 4  # three sessions and one verdict
     assert _binding(root, report["run_id"], "summary") == "answer to Summarize"
+    assert any("line" in (message or "") for message in seen)  # progress reached the client
 
 
 async def test_no_provider_available_says_what_to_configure(root, monkeypatch):

@@ -7,67 +7,23 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from tests.mcp_server.guided_host import answer_items, host_loop
+from tests.mcp_server.guided_host import (
+    CASES,
+    CORPUS,
+    answer_items,
+    bindings_of,
+    call_counts,
+    corpus_job,
+    host_loop,
+    instant,
+    no_sleep,
+    scripted,
+)
 
 from openprose.engine import ScriptedProvider, runner
 from openprose.engine.interpreter import Options
 from openprose.language import compile_or_raise
 from openprose.mcp_server.guided import HostProvider, ItemRefused, SessionItem
-from openprose.state import open_store
-
-_ROOT = Path(__file__).resolve().parents[2]
-# Beside the repository (a clone); a worktree under wt/ has it one level further up.
-CORPUS = next((p for p in (_ROOT.parent / "shared" / "corpus", _ROOT.parents[1] / "shared"
-                           / "corpus") if p.is_dir()), _ROOT.parent / "shared" / "corpus")
-
-# Program name → script: failures where the program handles them, verdicts for its loops.
-CASES = {
-    # Latencies order the races of prose run the way the host answers: in branch order.
-    "19-advanced-parallel.prose": {"sessions": [
-        {"match": "Fast but might fail", "fail": 9, "error": "down", "latency": 0.02},
-        {"match": "secondary API", "fail": 9, "error": "timeout"},
-        {"match": "enrichment 2", "fail": 9, "error": "no data"},
-        {"match": "approach A|creative", "latency": 0.02},
-        {"match": "catchy", "latency": 0.04},
-        {"match": "approach|headline|Slow but", "latency": 0.3}]},
-    "21-pipeline-operations.prose": {},
-    "22-error-handling.prose": {"sessions": [
-        {"match": "external API|Parse and validate|risky inner|Service B", "fail": 9,
-         "error": "boom"}]},
-    "23-retry-with-backoff.prose": {"sessions": [{"match": "API|fetch|Fetch", "fail": 1}]},
-    "25-conditionals.prose": {"conditions": [{"match": ".", "verdicts": [False, True]}],
-                              "choices": [{"match": ".", "verdicts": []}]},
-    "41-rlm-divide-conquer.prose": {"conditions": [{"match": ".", "verdicts": [False]}]},
-    "20-fixed-loops.prose": {"conditions": [{"match": ".", "verdicts": [False, False, True]}]},
-}
-
-
-async def _no_sleep(seconds: float) -> None:
-    return None
-
-
-def _job(path: Path, root: Path) -> runner.Job:
-    source = path.read_text(encoding="utf-8")
-    program = compile_or_raise(source, str(path))
-    return runner.Job(source=source, file=str(path), program=program, project_root=root,
-                      inputs={d.name: f"sample {d.name}" for d in program.inputs},
-                      options=Options(sleep=_no_sleep, loop_limit=50, max_concurrency=8))
-
-
-def _script(rules: dict) -> ScriptedProvider:
-    return ScriptedProvider({"default_output": "done: first point", **rules})
-
-
-def _instant(rules: dict) -> dict:
-    """The same answers without latencies (the host answers at once, in branch order)."""
-    return {section: [{k: v for k, v in rule.items() if k != "latency"} for rule in entries]
-            for section, entries in rules.items()}
-
-
-def _bindings(root: Path, run_id: str) -> dict:
-    with open_store(root) as store:
-        run = store.open_run(run_id)
-        return {(b.name, b.execution_id): b.value for b in run.bindings()}
 
 
 async def _guided(job: runner.Job, script: ScriptedProvider, reverse: bool = False):
@@ -77,28 +33,20 @@ async def _guided(job: runner.Job, script: ScriptedProvider, reverse: bool = Fal
     return await run
 
 
-def _counts(script: ScriptedProvider) -> dict:
-    counts: dict = {}
-    for call in script.calls:
-        if call.phase in ("end", "fail"):
-            counts[(call.kind, call.phase)] = counts.get((call.kind, call.phase), 0) + 1
-    return counts
-
-
 @pytest.mark.skipif(not CORPUS.exists(), reason="corpus not present")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_guided_equals_prose_run(name, tmp_path):
     path = CORPUS / name
-    reference = _script(CASES[name])
-    expected = asyncio.run(runner.execute(_job(path, tmp_path / "a"), reference))
-    host_script = _script(_instant(CASES[name]))
-    got = asyncio.run(_guided(_job(path, tmp_path / "b"), host_script))
+    reference = scripted(CASES[name])
+    expected = asyncio.run(runner.execute(corpus_job(path, tmp_path / "a"), reference))
+    host_script = scripted(instant(CASES[name]))
+    got = asyncio.run(_guided(corpus_job(path, tmp_path / "b"), host_script))
     assert (got.status, got.error and got.error.split(": ", 1)[-1]) == (
         expected.status, expected.error and expected.error.split(": ", 1)[-1])
     assert got.outputs == expected.outputs
     assert (got.sessions, got.reused) == (expected.sessions, expected.reused)
-    assert _bindings(tmp_path / "b", got.run_id) == _bindings(tmp_path / "a", expected.run_id)
-    assert _counts(host_script) == _counts(reference)
+    assert bindings_of(tmp_path / "b", got.run_id) == bindings_of(tmp_path / "a", expected.run_id)
+    assert call_counts(host_script) == call_counts(reference)
 
 
 PARALLEL = """\
@@ -113,7 +61,7 @@ output joined = session "Join"
 
 def _inline(source: str, root: Path, **options) -> runner.Job:
     return runner.Job(source=source, file="p.prose", program=compile_or_raise(source, "p.prose"),
-                      project_root=root, options=Options(sleep=_no_sleep, **options))
+                      project_root=root, options=Options(sleep=no_sleep, **options))
 
 
 def test_parallel_items_pending_together_and_completed_in_reverse(tmp_path):
@@ -134,7 +82,7 @@ def test_parallel_items_pending_together_and_completed_in_reverse(tmp_path):
 
     outcome = asyncio.run(main())
     assert outcome.status == "completed" and outcome.outputs == {"joined": "all three"}
-    assert _bindings(tmp_path, outcome.run_id)[("c", None)] == "value of c"
+    assert bindings_of(tmp_path, outcome.run_id)[("c", None)] == "value of c"
 
 
 def test_concurrency_caps_pending_items(tmp_path):
@@ -173,7 +121,7 @@ def test_first_join_ends_the_losers_tokens(tmp_path):
 
     outcome = asyncio.run(main())
     assert outcome.status == "completed"
-    assert _bindings(tmp_path, outcome.run_id)[("b", None)] == "b wins"
+    assert bindings_of(tmp_path, outcome.run_id)[("b", None)] == "b wins"
 
 
 def test_resend_is_idempotent_and_refusals_name_the_reason(tmp_path):
@@ -246,11 +194,11 @@ def test_restart_reuses_finished_sessions_and_verdicts(tmp_path):
 
     async def second_half():
         host = HostProvider()
-        job = runner.resume_job(run_id, tmp_path, None, options=Options(sleep=_no_sleep))
+        job = runner.resume_job(run_id, tmp_path, None, options=Options(sleep=no_sleep))
         run = asyncio.ensure_future(runner.execute(job, host, host.observe))
         items = await host.wait_for_items(5)
         assert [i.request.prompt for i in items] == [pending_prompt]  # only what was pending
-        await answer_items(host, _script({}), items)
+        await answer_items(host, scripted({}), items)
         return await run
 
     outcome = asyncio.run(second_half())

@@ -276,6 +276,9 @@ class HostProvider(Provider):
                                      return_when=asyncio.FIRST_COMPLETED)
         if ended is not None and not ended.done():
             ended.cancel()
+        elif ended is not None and not ended.cancelled():
+            ended.exception()  # the asker's failure is the engine's to handle: seen here
+
         self._settled.pop(item.key, None)
         if waiter in done:
             outcome = waiter.result()
