@@ -48,6 +48,8 @@ class Job:
     ask: Callable[[str, str], str | None] | None = None
     run_id: str | None = None
     options: Options | None = None
+    #: The run's driver lock, once taken (``resume_job`` takes it; ``execute`` otherwise).
+    driver: state.DriverLock | None = None
 
 
 @dataclass
@@ -88,25 +90,37 @@ def dry_run(program: n.Program, imports: dict[str, Imported] | None = None) -> P
 
 def resume_job(run_id: str, project_root: Path, backend: str | None,
                program_file: str | None = None, **settings: Any) -> Job:
-    """Prepare a resume: the run's own program copy (or an edited file) and its inputs."""
+    """Prepare a resume: the run's own program copy (or an edited file) and its inputs.
+    The run's driver lock is taken first (a run another process drives is refused before
+    anything is read or repaired) and handed to the job, which :func:`execute` releases."""
     try:
         store = state.open_store(project_root, backend or _find_backend(project_root, run_id))
-        run = store.open_run(run_id)
     except state.StateError as err:
         raise EngineError(f"cannot resume {run_id}: {err}") from err
-    if program_file is not None:
-        source, file = Path(program_file).read_text(encoding="utf-8"), program_file
-    else:
-        source, file = run.program_source, run.program_path or f"{run_id}/program.prose"
-    result = compile_program(source, file)
-    if not result.ok or result.program is None:
-        raise ResumeMismatch(f"the program of run {run_id} no longer compiles")
-    imports = load_imports(result.program, file, project_root)
-    inputs = recorded_inputs(run, result.program)
-    store.close()
+    driver: state.DriverLock | None = None
+    try:
+        driver = store.driver_lock(run_id)
+        run = store.open_run(run_id)
+        if program_file is not None:
+            source, file = Path(program_file).read_text(encoding="utf-8"), program_file
+        else:
+            source, file = run.program_source, run.program_path or f"{run_id}/program.prose"
+        result = compile_program(source, file)
+        if not result.ok or result.program is None:
+            raise ResumeMismatch(f"the program of run {run_id} no longer compiles")
+        imports = load_imports(result.program, file, project_root)
+        inputs = recorded_inputs(run, result.program)
+    except BaseException as err:
+        if driver is not None:
+            driver.release()
+        if isinstance(err, state.StateError):
+            raise EngineError(f"cannot resume {run_id}: {err}") from err
+        raise
+    finally:
+        store.close()
     return Job(source=source, file=file, program=result.program, project_root=project_root,
                backend=store.kind, inputs=inputs, imports=imports, run_id=run_id,
-               **settings)
+               driver=driver, **settings)
 
 
 def _find_backend(project_root: Path, run_id: str) -> str:
@@ -121,13 +135,33 @@ async def execute(job: Job, provider: Provider, listener: Listener | None = None
     ``on_start`` gets the run id as soon as the run exists (before any session).
     """
     store = state.open_store(job.project_root, job.backend)
-    if job.run_id is None:
-        run = store.create_run(job.source, job.file)
-        job.run_id = run.id
-    else:
-        run = store.open_run(job.run_id)
-    if on_start is not None:
-        on_start(run.id)
+    try:
+        if job.run_id is None:
+            run_id = state.new_run_id()
+            job.driver = store.driver_lock(run_id, new=True)
+            run = store.create_run(job.source, job.file, run_id=run_id)
+            job.run_id = run.id
+        else:
+            if job.driver is None or not job.driver.held:
+                job.driver = store.driver_lock(job.run_id)
+            run = store.open_run(job.run_id)
+    except BaseException:
+        store.close()
+        _release(job)
+        raise
+    try:
+        return await _drive(job, store, run, provider, listener, on_start)
+    finally:
+        _release(job)
+
+
+def _release(job: Job) -> None:
+    if job.driver is not None:
+        job.driver.release()
+
+
+async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Provider,
+                 listener: Listener | None, on_start: Callable[[str], None] | None) -> Outcome:
     journal = StateJournal(run, getattr(provider, "record_commit", None))
     options = job.options or Options(max_concurrency=job.max_concurrency, ask=job.ask)
     outcome = Outcome(run.id, "failed")

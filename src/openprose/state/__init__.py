@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from openprose.state.config import postgres_schema, postgres_url, read_env_file, settings
+from openprose.state.driver import DriverHolder, DriverLock, RunLocked
 from openprose.state.errors import (
     BackendUnavailable,
     CapabilityError,
@@ -41,6 +42,7 @@ from openprose.state.models import (
     StateSnapshot,
     Usage,
 )
+from openprose.state.names import new_run_id
 from openprose.state.store import Run, SessionHandle, StateStore
 
 BACKENDS = ("filesystem", "sqlite", "postgres")
@@ -78,8 +80,8 @@ _postgres_url = postgres_url
 
 __all__ = [
     "BACKENDS", "ROOT", "AgentRef", "BackendUnavailable", "Binding", "BindingRef",
-    "CapabilityError", "Completion", "Frame", "ImportRecord", "InvalidNameError", "JournalEntry", "NotFoundError",
-    "PathEscapeError", "RecursionLimitExceeded", "Run", "RunInfo", "RunNotFound",
+    "CapabilityError", "Completion", "DriverHolder", "DriverLock", "Frame", "ImportRecord", "InvalidNameError", "JournalEntry", "NotFoundError",
+    "PathEscapeError", "RecursionLimitExceeded", "Run", "RunInfo", "RunLocked", "RunNotFound",
     "SessionGrant", "SessionHandle", "SessionStart", "StateError", "StateSnapshot", "StateStore",
-    "StatementStatus", "Usage", "open_store", "read_env_file", "settings",
+    "StatementStatus", "Usage", "new_run_id", "open_store", "read_env_file", "settings",
 ]

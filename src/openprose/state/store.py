@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from openprose.state.backends.base import Backend, CommitStep, RunRecord
+from openprose.state.driver import DriverHolder, DriverLock
 from openprose.state.errors import (
     CapabilityError,
     InvalidNameError,
@@ -115,6 +116,18 @@ class StateStore:
         run = Run(self, record, token)
         self._runs[run_id] = run
         return run
+
+    def driver_lock(self, run_id: str, *, new: bool = False) -> DriverLock:
+        """Take the right to drive ``run_id`` (execute its program), or be refused at once
+        with :class:`~openprose.state.driver.RunLocked` naming who holds it. Take it before
+        opening the run; hold it until done. It is independent of this store: closing the
+        store does not release it; the holder's process ending does. ``new``: the run is
+        about to be created under this id (lock first, so nobody drives it in between)."""
+        check_run_id(run_id)
+        if not new:
+            self.backend.load_run(run_id)  # RunNotFound before anything is created
+        holder = DriverHolder.this_process()
+        return DriverLock(run_id, holder, self.backend.lock_driver(run_id, holder))
 
     def open_run(self, run_id: str, *, vm_token: str | None = None) -> Run:
         """Open an existing run with the VM capability.

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from openprose.state.driver import DriverHolder
 from openprose.state.models import (
     AgentRef,
     Binding,
@@ -68,6 +70,10 @@ class Backend(ABC):
     @abstractmethod
     def list_agents(self, run_id: str) -> list[str]:
         """Names of the execution-scoped agents with memory or segments in this run."""
+    @abstractmethod
+    def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
+        """Take ``run_id``'s driver lock for ``holder`` without waiting; returns what
+        releases it. Raises :class:`~openprose.state.driver.RunLocked` naming the holder."""
     @abstractmethod
     def put_import(self, run_id: str, record: ImportRecord) -> None: ...
     @abstractmethod

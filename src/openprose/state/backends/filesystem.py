@@ -8,6 +8,7 @@ crash, :meth:`repair` rewrites any binding file the journal knows better.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
@@ -15,6 +16,7 @@ import threading
 import uuid
 from dataclasses import asdict
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from openprose.state.backends.base import (
@@ -26,7 +28,8 @@ from openprose.state.backends.base import (
     grant_to_json,
     segment_name,
 )
-from openprose.state.errors import RunNotFound
+from openprose.state.driver import DriverHolder, RunLocked
+from openprose.state.errors import RunNotFound, StateError
 from openprose.state.models import (
     AgentRef,
     Binding,
@@ -43,6 +46,7 @@ SEPARATOR = "\n```\n\n---\n\n"
 # VM, or by a session before it finished): repair leaves such a file alone.
 WRITE_NOTE = '{"kind":"write",'
 LOGS = ("journal.jsonl", "frames.jsonl", "capabilities.jsonl")
+DRIVER_LOCK = "driver.lock"  # flock'd by the run's driver; holds who that is, as JSON
 _TEMP_NUMBERS = itertools.count()  # temp files: .{name}.{pid}-{number}.tmp
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
@@ -215,6 +219,30 @@ class FilesystemBackend(Backend):
         (directory / "bindings").mkdir(parents=True, exist_ok=True)
         atomic_write(directory / "program.prose", record.program_source)
         atomic_write(directory / "run.json", json.dumps(asdict(record), indent=2), durable=True)
+
+    def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
+        """``flock`` on the run's ``driver.lock``: the kernel drops it when the process ends,
+        however it ends. The holder's record is written into the file once the lock is
+        held; a refused driver reads it from there."""
+        path = self.run_dir(run_id) / DRIVER_LOCK
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+            os.close(fd)
+            raise RunLocked(run_id, DriverHolder.from_json(text)) from None
+        except OSError as err:
+            os.close(fd)
+            raise StateError(f"cannot lock {path}: {err.strerror}") from err
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder.to_json().encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        return lambda: os.close(fd)
 
     def load_run(self, run_id: str) -> RunRecord:
         try:

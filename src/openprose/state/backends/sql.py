@@ -7,11 +7,12 @@ durable steps commit with a synchronous flush, the rest (intents, grants, frames
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import sqlite3
 import threading
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -27,6 +28,7 @@ from openprose.state.backends.base import (
     grant_to_json,
 )
 from openprose.state.backends.filesystem import FilesystemBackend, atomic_write, read_exact
+from openprose.state.driver import DriverHolder, RunLocked
 from openprose.state.errors import BackendUnavailable, RunNotFound
 from openprose.state.models import (
     ROOT,
@@ -479,6 +481,9 @@ class SqliteBackend(SqlBackend):
                 lock = self._writers.setdefault(path, threading.Lock())
         return lock
 
+    def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
+        return self.files.lock_driver(run_id, holder)  # beside state.db, as on the filesystem
+
     def list_runs(self) -> list[RunRecord]:
         if not self.files.runs.is_dir():
             return []
@@ -563,7 +568,9 @@ class PostgresBackend(SqlBackend):
                               "to_char(now() at time zone 'utc', "
                               "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"):
                 conn.execute(ddl)
+            conn.execute(self.q(DRIVER_TABLE))
         self._psycopg = psycopg
+        self._url = url
 
     def q(self, sql: str) -> str:
         return super().q(sql).replace("?", "%s")
@@ -610,6 +617,38 @@ class PostgresBackend(SqlBackend):
         with self.pool.connection() as conn:  # numbered parameters: psycopg parses nothing
             self.raw_cursor(conn).execute(statement, params)
 
+    def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
+        """A session-level advisory lock on a connection of its own, held until released:
+        PostgreSQL drops it when that connection ends, with the process or otherwise. Who
+        holds it is recorded in the ``driver`` table for a refused driver to read."""
+        key = driver_key(self.schema, run_id)
+        try:
+            conn = self._psycopg.connect(self._url, autocommit=True,
+                                         application_name=f"openprose driver {run_id}")
+        except self._psycopg.Error as err:
+            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(self._url)}: "
+                                     f"{err}") from err
+        try:
+            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+                rows = conn.execute(self.q("SELECT pid, host, since FROM {p}driver"
+                                           " WHERE run_id = ?"), (run_id,)).fetchall()
+                raise RunLocked(run_id, DriverHolder(*rows[0]) if rows else None)
+            conn.execute(self.q("INSERT INTO {p}driver (run_id, pid, host, since)"
+                                " VALUES (?,?,?,?) ON CONFLICT (run_id) DO UPDATE SET"
+                                " pid = excluded.pid, host = excluded.host,"
+                                " since = excluded.since"),
+                         (run_id, holder.pid, holder.host, holder.since))
+        except BaseException:
+            conn.close()
+            raise
+
+        def release() -> None:
+            with contextlib.suppress(self._psycopg.Error):
+                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            conn.close()
+
+        return release
+
     def list_runs(self) -> list[RunRecord]:
         rows = self.fetch(None, self.RUN_COLUMNS + " WHERE position('/imports/' in id) = 0"
                           " ORDER BY id")
@@ -629,6 +668,17 @@ class PostgresBackend(SqlBackend):
 
     def close(self) -> None:
         self.pool.close()
+
+
+# Who holds each run's driver lock (PostgreSQL only: the lock itself is advisory).
+DRIVER_TABLE = ("CREATE TABLE IF NOT EXISTS {p}driver (run_id TEXT PRIMARY KEY,"
+                " pid INTEGER NOT NULL, host TEXT NOT NULL, since TEXT NOT NULL)")
+
+
+def driver_key(schema: str, run_id: str) -> int:
+    """The advisory lock key of a run: 64 bits of a hash of schema and run id."""
+    digest = hashlib.sha256(f"openprose-driver\0{schema}\0{run_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 # PostgreSQL takes at most 65,535 parameters in one statement.

@@ -1,0 +1,120 @@
+"""One driver per run: the driver lock, on every backend, with real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from openprose.state import DriverLock, RunLocked, RunNotFound
+
+HOLD = """\
+import json, sys, time
+from openprose.state import open_store
+root, backend, url, schema, run_id = sys.argv[1:]
+kw = {"postgres_url": url, "schema": schema} if backend == "postgres" else {}
+store = open_store(root, backend, home=root + "/home", **kw)
+lock = store.driver_lock(run_id)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def _run(store, program):
+    return store.create_run(program, "p.prose")
+
+
+def test_a_second_driver_is_refused_naming_the_holder(stores, program):
+    store = stores.open()
+    run_id = _run(store, program).id
+    lock = store.driver_lock(run_id)
+    assert isinstance(lock, DriverLock) and lock.held
+    other = stores.open()  # another store (a restart, another client) of the same project
+    with pytest.raises(RunLocked) as refused:
+        other.driver_lock(run_id)
+    assert refused.value.holder == lock.holder
+    assert refused.value.holder.pid == os.getpid()
+    assert refused.value.holder.host == socket.gethostname()
+    assert f"pid {os.getpid()} on {socket.gethostname()} since " in str(refused.value)
+    with pytest.raises(RunLocked):  # the same store cannot take it twice either
+        store.driver_lock(run_id)
+    lock.release()
+    lock.release()  # a second release does nothing
+    with other.driver_lock(run_id) as again:
+        assert again.held
+    assert not again.held
+    store.driver_lock(run_id).release()
+
+
+def test_closing_the_store_keeps_the_lock(stores, program):
+    store = stores.open()
+    run_id = _run(store, program).id
+    lock = store.driver_lock(run_id)
+    store.close()
+    with pytest.raises(RunLocked):
+        stores.open().driver_lock(run_id)
+    lock.release()
+    stores.open().driver_lock(run_id).release()
+
+
+def test_locks_are_per_run(stores, program):
+    store = stores.open()
+    first, second = _run(store, program).id, _run(store, program).id
+    with store.driver_lock(first), store.driver_lock(second):
+        pass
+
+
+def test_an_unknown_run_is_not_found_and_nothing_is_created(stores, project):
+    store = stores.open()
+    with pytest.raises(RunNotFound):
+        store.driver_lock("20260101-000000-abcdef")
+    assert not (project / ".prose" / "runs" / "20260101-000000-abcdef").exists()
+
+
+def test_a_new_run_is_locked_before_it_exists(stores, program):
+    from openprose.state import new_run_id
+
+    store = stores.open()
+    run_id = new_run_id()
+    with store.driver_lock(run_id, new=True):
+        store.create_run(program, "p.prose", run_id=run_id)
+        with pytest.raises(RunLocked):
+            stores.open().driver_lock(run_id)
+
+
+def test_the_lock_ends_with_a_killed_holder(stores, program, project):
+    store = stores.open()
+    run_id = _run(store, program).id
+    args = [project, stores.backend, stores.url or "", stores.schema or "", run_id]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, *map(str, args)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunLocked) as refused:
+            store.driver_lock(run_id)
+        assert refused.value.holder is not None and refused.value.holder.pid == holder.pid
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=30)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        holder.stdout.close()
+    store.driver_lock(run_id).release()  # the kernel (or PostgreSQL) let go
+
+
+def test_a_garbled_holder_record_still_refuses(fs_stores, program, project):
+    store = fs_stores.open()
+    run_id = _run(store, program).id
+    with store.driver_lock(run_id):
+        (project / ".prose" / "runs" / run_id / "driver.lock").write_text("not json")
+        with pytest.raises(RunLocked, match="driven by another process"):
+            fs_stores.open().driver_lock(run_id)
+    with fs_stores.open().driver_lock(run_id) as lock:  # the next holder writes its own
+        record = json.loads((project / ".prose" / "runs" / run_id / "driver.lock").read_text())
+        assert record["pid"] == lock.holder.pid
