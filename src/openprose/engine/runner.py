@@ -162,6 +162,8 @@ def _release(job: Job) -> None:
 
 async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Provider,
                  listener: Listener | None, on_start: Callable[[str], None] | None) -> Outcome:
+    if on_start is not None:
+        on_start(run.id)
     journal = StateJournal(run, getattr(provider, "record_commit", None))
     options = job.options or Options(max_concurrency=job.max_concurrency, ask=job.ask)
     outcome = Outcome(run.id, "failed")
