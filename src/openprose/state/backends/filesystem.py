@@ -14,9 +14,9 @@ import json
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from openprose.state.backends.base import (
