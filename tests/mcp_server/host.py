@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,7 +15,9 @@ from mcp import Client
 from openprose.mcp_server.server import create_server
 
 ERAS = [pytest.param({"mode": "legacy"}, id="handshake"), pytest.param({}, id="2026-07-28")]
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
+# The corpus sits beside the repository; OPENPROSE_CORPUS names it elsewhere (a worktree).
+CORPUS = Path(os.environ.get("OPENPROSE_CORPUS")
+              or Path(__file__).resolve().parents[3] / "shared" / "corpus")
 
 
 class Refused(AssertionError):

@@ -11,7 +11,7 @@ pipeline stage, and ``review.0`` the first statement of ``block review``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from openprose.language import nodes as n
 
@@ -38,6 +38,7 @@ class Statement:
     parent: str | None = None
     judged: bool = False
     options: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()  # the names a destructuring ``let { a, b } = ...`` binds
     node: n.Node | None = field(default=None, compare=False, repr=False)
 
 
@@ -66,7 +67,8 @@ class Outline:
 
     def writers_of(self, name: str, block: str | None) -> list[Statement]:
         """The statements inside ``block`` (None: top level) that bind ``name``."""
-        return [s for s in self.statements.values() if s.binds == name and s.block == block]
+        return [s for s in self.statements.values()
+                if (s.binds == name or name in s.names) and s.block == block]
 
 
 DEFAULT_MAX_DEPTH = 100
@@ -143,9 +145,10 @@ class _Walker:
         elif isinstance(node, n.Input):
             self.add(sid, "input", node, block, parent, binds=node.name, binding_kind="input")
         elif isinstance(node, n.Let):
-            if isinstance(node.target, n.Destructure):
-                self.add(sid, "destructure", node, block, parent)
-                self.value(node.value, sid, block, None, None)
+            if isinstance(node.target, n.Destructure):  # its value, then names taken apart
+                self.value(node.value, sid, block, parent, None, None, node)
+                self.out[sid] = replace(self.out[sid], binding_kind=node.kind,
+                                        names=node.target.names)
             else:
                 self.value(node.value, sid, block, parent, node.target, node.kind, node)
         elif isinstance(node, n.Assign):
@@ -211,7 +214,7 @@ class _Walker:
                 self.body(node.finally_body, f"{sid}.finally", block, sid)
         elif isinstance(node, n.If):
             for i, branch in enumerate(node.branches):
-                judged = isinstance(branch.condition, n.Discretion)
+                judged = _judged(branch.condition)
                 self.add(f"{sid}.if{i}", "condition", branch.condition, block, sid,
                          judged=judged)
                 self.body(branch.body, f"{sid}.b{i}", block, sid)
@@ -233,13 +236,13 @@ def _compound_kind(node: n.Node) -> tuple[str | None, bool]:
     if isinstance(node, n.Repeat):
         return "repeat", False
     if isinstance(node, n.Loop):
-        return "loop", isinstance(node.condition, n.Discretion)
+        return "loop", node.condition is not None and _judged(node.condition)
     if isinstance(node, n.Try):
         return "try", False
     if isinstance(node, n.If):
         return "if", False
     if isinstance(node, n.Choice):
-        return "choice", isinstance(node.criteria, n.Discretion)
+        return "choice", _judged(node.criteria)
     if isinstance(node, n.DoBlock):
         return "do", False
     if isinstance(node, n.DoCall):
@@ -249,3 +252,8 @@ def _compound_kind(node: n.Node) -> tuple[str | None, bool]:
     if isinstance(node, n.Pipeline):
         return "pipeline", False
     return None, False
+
+
+def _judged(condition: n.Node) -> bool:
+    """Whether a condition has a ``**discretion**`` part the VM judges."""
+    return any(isinstance(node, n.Discretion) for node in n.walk(condition))

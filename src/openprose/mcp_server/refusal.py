@@ -3,9 +3,13 @@ line, in the text the host model reads. Nothing was written when a refusal is ra
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from mcp.server.mcpserver.exceptions import ToolError
 
 from openprose.mcp_server.outline import Statement
+from openprose.state import CapabilityError, RecursionLimitExceeded, StateError
 
 
 class Refusal(ToolError):
@@ -15,3 +19,26 @@ class Refusal(ToolError):
         where = f" [statement {statement.id}, line {statement.line}]" if statement else ""
         super().__init__(f"refused (rule: {rule}): {detail}{where}")
         self.rule = rule
+
+
+def refuse_all(refusals: list[Refusal]) -> None:
+    """Raise the first of ``refusals`` with every other one's text on its own line (a call
+    that breaks several rules is told all of them at once); nothing when the list is empty."""
+    if refusals:
+        first = refusals[0]
+        first.args = ("\n".join(str(r) for r in refusals),)
+        raise first
+
+
+@contextmanager
+def state_errors(what: str, statement: Statement | None = None) -> Iterator[None]:
+    """Refusals and errors of the state layer as tool errors naming ``what`` was attempted."""
+    try:
+        yield
+    except CapabilityError as exc:
+        raise Refusal(exc.rule, str(exc).rsplit(" (rule:", 1)[0], statement) from None
+    except RecursionLimitExceeded as exc:
+        raise Refusal("a block's frames nest at most max_depth deep", str(exc),
+                      statement) from None
+    except (StateError, ValueError) as exc:
+        raise ToolError(f"{what}: {exc}") from None

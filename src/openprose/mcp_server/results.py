@@ -90,19 +90,19 @@ class SpawnResult(BaseModel):
 class WriteResult(BaseModel):
     binding: str
     location: str
-    execution_id: int | None
+    execution_id: int | None = None
     bytes: int
     summary: str | None = None
 
 
 class ReadResult(BaseModel):
     name: str
-    execution_id: int | None
+    execution_id: int | None = None
     kind: str
     value: str
     offset: int
     total_chars: int
-    next_offset: int | None
+    next_offset: int | None = None
 
 
 class StateResult(BaseModel):
@@ -196,7 +196,7 @@ class ResumeResult(BaseModel):
     run_id: str
     vm_token: str
     mode: str
-    state: StatusResult
+    status: str
     outline: list[OutlineItem]
 
 

@@ -67,12 +67,14 @@ def verdict_key(statement: str, execution_id: int | None, iteration: int) -> str
 
 @dataclass
 class Pending:
-    """A session granted and not yet written."""
+    """A session granted and not yet written (``token``: known to the server that granted
+    it; a server started later finds the session by its binding)."""
 
     statement: Statement
     ref: BindingRef
     key: str
     input_hash: str
+    token: str | None = None
 
 
 @dataclass
@@ -90,7 +92,7 @@ class DrivenRun:
     file: str
     mode: str
     vm_hash: str | None
-    pending: dict[BindingRef, Pending] = field(default_factory=dict)
+    pending: dict[str, Pending] = field(default_factory=dict)  # by session key
     written: dict[str, Written] = field(default_factory=dict)
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     sequence: Counter[tuple[str, int]] = field(default_factory=Counter)
@@ -104,6 +106,30 @@ class DrivenRun:
     @property
     def backend(self) -> str:
         return self.run.store.kind
+
+    # ------------------------------------------------------------------ sessions
+    def pending_for(self, token: str, ref: BindingRef) -> Pending | None:
+        """The pending session of ``token`` (whose binding is ``ref``)."""
+        found = [p for p in self.pending.values() if p.ref == ref]
+        exact = [p for p in found if p.token == token]
+        if exact:
+            return exact[0]
+        unknown = [p for p in found if p.token is None]
+        return unknown[0] if unknown else None
+
+    def pending_in(self, statement: str | None, execution_id: int | None) -> list[Pending]:
+        """Pending sessions of ``statement`` (None: any) in frame ``execution_id``."""
+        return [p for p in self.pending.values()
+                if (statement is None or p.statement.id == statement)
+                and p.ref.execution_id == execution_id]
+
+    def fail_session(self, pending: Pending, error: str) -> None:
+        """Record a pending session as failed and end its token (when known)."""
+        self.run.record_result(pending.key, input_hash=pending.input_hash, status="failed",
+                               error=error)
+        if pending.token is not None:
+            self.run.end_session(pending.token)
+        del self.pending[pending.key]
 
     # ------------------------------------------------------------------ checks
     def statement(self, statement_id: str) -> Statement:
@@ -214,7 +240,7 @@ class DrivenRun:
             statement = outline.statements.get(sid)
             if key not in ended and statement is not None and "binding" in entry.meta:
                 ref = BindingRef(*entry.meta["binding"])
-                driven.pending[ref] = Pending(statement, ref, key, entry.input_hash)
+                driven.pending[key] = Pending(statement, ref, key, entry.input_hash)
         return driven
 
 
@@ -274,6 +300,10 @@ class RunRegistry:
                 last = exc
                 continue
             return self.get(handle.run.id), handle
+        ended = self.ended_grant(token) if isinstance(token, str) else None
+        if ended is not None:
+            raise Refusal("a session token ends when its session's binding is written",
+                          f"the session for '{ended[1].name}' has ended")
         rule = last.rule if last is not None else "a session writes only with a live session " \
             "capability"
         detail = str(last).rsplit(" (rule:", 1)[0] if last is not None else "unknown token"

@@ -19,7 +19,15 @@ from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 
-from openprose.mcp_server import prompts, resources, tools_engine, tools_runs
+from openprose.mcp_server import (
+    prompts,
+    resources,
+    schemas,
+    tools_engine,
+    tools_runs,
+    tools_sessions,
+    tools_state,
+)
 from openprose.mcp_server.context import Mode, ServerContext
 from openprose.mcp_server.resources import RunCatalog
 from openprose.mcp_server.runs import RunRegistry
@@ -70,7 +78,10 @@ def create_server(project_root: str | Path, *, home: str | Path | None = None,
     resources.register(mcp, catalog, ctx.outside_writes)
     prompts.register(mcp, root)
     tools_runs.register(mcp, ctx)
+    tools_sessions.register(mcp, ctx)
+    tools_state.register(mcp, ctx)
     tools_engine.register(mcp, ctx, engine)
+    schemas.compact_tools(mcp)
     return mcp
 
 

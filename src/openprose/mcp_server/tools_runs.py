@@ -13,7 +13,7 @@ from openprose.language import compile as compile_program
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.outline import build
 from openprose.mcp_server.prompts import PromptError, program_text
-from openprose.mcp_server.refusal import Refusal
+from openprose.mcp_server.refusal import Refusal, refuse_all
 from openprose.mcp_server.results import (
     BindingInfo,
     CompleteResult,
@@ -115,9 +115,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def start_run(program: str, inputs: dict[str, str] | None = None,
                         backend: Backend = "filesystem", mode: str = HOST
                         ) -> Annotated[CallToolResult, StartResult]:
-        """Start a run of an OpenProse program that you then step as its VM. program: a
-        .prose path in the project, or the source text. Returns the run id, your VM token
-        and the outline: every statement with a stable id you pass to the other tools."""
+        """Start a run you step as its VM. program: a .prose path in the project or source
+        text. Returns your VM token and the outline (statement ids for the other tools)."""
         if mode != HOST and mode not in ctx.modes:
             offered = ", ".join([HOST, *ctx.modes])
             raise Refusal("a run is started in a mode this server offers",
@@ -178,8 +177,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def run_status(vm_token: str) -> Annotated[CallToolResult, StatusResult]:
-        """Where a run is: statement statuses, live frames, pending sessions, the bindings
-        index and recorded verdicts. Use it to continue after your context was compacted."""
+        """Where the run is: statuses, live frames, pending sessions, bindings, verdicts."""
         driven = ctx.registry.by_vm_token(vm_token)
         status = status_of(driven)
         return reply(status, status_text(status))
@@ -219,7 +217,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 hook.client = context  # a delegated run on sampling asks this client
             extra = await hook.resumed(ctx, driven)
         status = status_of(driven)
-        result = ResumeResult(run_id=run_id, vm_token=token, mode=mode, state=status,
+        result = ResumeResult(run_id=run_id, vm_token=token, mode=mode, status=status.status,
                               outline=outline_items(driven.outline))
         lines = [f"vm_token: {token}", status_text(status), "outline (id kind lines ...):",
                  *(item.text() for item in result.outline)]
@@ -229,37 +227,36 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def complete_run(vm_token: str, status: Literal["completed", "failed"] = "completed",
-                           error: str | None = None) -> Annotated[CallToolResult,
+                           error: str = "") -> Annotated[CallToolResult,
                                                                   CompleteResult]:
-        """Finish the run. 'completed' is refused while a declared output is unwritten, a
-        session is pending or a frame is live. Returns references to the outputs."""
+        """Finish the run ('completed' needs every output written, no pending session, no
+        live frame). Returns the outputs' locations."""
         driven = ctx.registry.by_vm_token(vm_token)
         driven.live()
         run = driven.run
+        problems: list[Refusal] = []
+        if status == "completed":
+            problems += [Refusal("a run completes only when no session is pending",
+                                 f"the session for '{p.ref.name}' has not written its binding",
+                                 p.statement) for p in driven.pending.values()]
         outputs = []
         for name in driven.outline.outputs:
             if driven.resolve(name, None) is not None:
                 outputs.append(OutputRef(name=name, location=run.binding_location(
                     BindingRef(name))))
             elif status == "completed":
-                statement = driven.outline.writers_of(name, None)
-                raise Refusal("a run completes only when its declared outputs are written",
-                              f"output '{name}' has not been written",
-                              statement[0] if statement else None)
+                writers = driven.outline.writers_of(name, None)
+                problems.append(Refusal("a run completes only when its declared outputs are "
+                                        "written", f"output '{name}' has not been written",
+                                        writers[0] if writers else None))
         if status == "completed":
-            if driven.pending:
-                pending = next(iter(driven.pending.values()))
-                raise Refusal("a run completes only when no session is pending",
-                              f"the session for '{pending.ref.name}' has not written its "
-                              "binding", pending.statement)
-            live = [f for f in run.frames() if f.status != "completed"]
-            if live:
-                raise Refusal("a run completes only when every frame was popped",
-                              f"frame {live[0].execution_id} of block '{live[0].block}' is "
-                              "still live")
+            problems += [Refusal("a run completes only when every frame was popped",
+                                 f"frame {f.execution_id} of block '{f.block}' is still live")
+                         for f in run.frames() if f.status != "completed"]
+        refuse_all(problems)
         abandon(driven)
         driven.render()
-        run.finish(status, error)
+        run.finish(status, error or None)
         await ctx.changed(run.id)
         result = CompleteResult(run_id=run.id, status=status, outputs=outputs)
         text = f"run {run.id} {status}" + "".join(f"\noutput {o.name}: {o.location}"
@@ -271,6 +268,4 @@ def abandon(driven: DrivenRun) -> None:
     """A failed run stops waiting for its pending sessions: each is recorded as abandoned
     (its token can write nothing more: the run is no longer live)."""
     for pending in list(driven.pending.values()):
-        driven.run.record_result(pending.key, input_hash=pending.input_hash, status="failed",
-                                 error="abandoned: the run finished without it")
-    driven.pending.clear()
+        driven.fail_session(pending, "abandoned: the run finished without it")

@@ -149,8 +149,8 @@ def build_steps(entries: list[JournalEntry], source: str, running: bool) -> list
     places = program_map(source)
     steps: dict[tuple[str, str], Step] = {}
     for entry in entries:
-        if entry.kind not in ("intent", "result", "verdict"):
-            continue
+        if entry.kind not in ("intent", "result", "verdict") or ":" in entry.key:
+            continue  # ``ns:...`` keys are other drivers' records (the MCP server's), not paths
         slot = ("verdict" if entry.kind == "verdict" else "step", entry.key)
         at = entry.meta.get("at") if entry.meta else None
         step = steps.get(slot)

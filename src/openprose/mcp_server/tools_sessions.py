@@ -1,0 +1,377 @@
+"""Tools around sessions: ``spawn_session`` (a grant and the subagent's brief),
+``write_binding``, ``read_binding``, ``read_memory`` and ``write_memory``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, ToolAnnotations
+
+from openprose.language import nodes as n
+from openprose.mcp_server.context import ServerContext
+from openprose.mcp_server.outline import SESSION_KINDS, Agent, Statement
+from openprose.mcp_server.refusal import Refusal, state_errors
+from openprose.mcp_server.results import (
+    MemoryResult,
+    ReadResult,
+    SpawnResult,
+    WriteResult,
+    reply,
+)
+from openprose.mcp_server.runs import (
+    VM_PREFIX,
+    DrivenRun,
+    Pending,
+    Written,
+    digest,
+    session_key,
+)
+from openprose.mcp_server.tools_runs import binding_uri_name
+from openprose.state import AgentRef, BindingRef, SessionHandle, SessionStart
+
+READ_LIMIT = 100_000
+SESSION_BINDING_KINDS = frozenset({"let", "const", "output", "input"})
+
+
+def agent_ref(agent: Agent) -> AgentRef | None:
+    if agent.persist is None:
+        return None
+    if agent.persist in ("execution", "project", "user"):
+        return AgentRef(agent.name, agent.persist)
+    return AgentRef(agent.name, "custom", agent.persist)
+
+
+def session_node(statement: Statement) -> n.Session | None:
+    if statement.node is None:
+        return None
+    return next((node for node in n.walk(statement.node) if isinstance(node, n.Session)), None)
+
+
+def session_model(statement: Statement, agent: Agent | None) -> str | None:
+    node = session_node(statement)
+    own = node.property("model") if node is not None else None
+    if own is not None and isinstance(own.value, n.Name | n.String):
+        return own.value.id if isinstance(own.value, n.Name) else own.value.text
+    return agent.model if agent is not None else None
+
+
+def brief(driven: DrivenRun, statement: Statement, pending: Pending, token: str, prompt: str,
+          context: list[str], agent: Agent | None, memory: AgentRef | None) -> str:
+    """The complete prompt for the subagent that runs this session."""
+    ref = pending.ref
+    scope = ""
+    if ref.execution_id:
+        frame = driven.run.frame(ref.execution_id)
+        scope = f" in execution {ref.execution_id} of block '{frame.block}' (depth {frame.depth})"
+    lines = [f"You are one session of OpenProse run {driven.id}: statement {statement.id} "
+             f"(line {statement.line}), which produces the binding '{ref.name}'{scope}.",
+             f"Your session token: {token}"]
+    if agent is not None:
+        model = session_model(statement, agent)
+        lines.append(f"Act as the agent '{agent.name}'" + (f" (model {model})" if model else "")
+                     + (f". Its instructions: {agent.prompt}" if agent.prompt
+                        and agent.prompt != prompt else "."))
+    lines += ["", "Task:", prompt, ""]
+    if context:
+        lines.append("Context: read each of these bindings with read_binding(token, name) "
+                     "before you start: " + ", ".join(context) + ".")
+    if memory is not None:
+        lines.append(f"You keep memory as the persistent agent '{memory.name}': call "
+                     "read_memory(token) first; before you finish, call write_memory(token, "
+                     "memory) with your updated memory, compacted to what later sessions need.")
+    lines.append("When done, call write_binding(token, value=<your complete output>, "
+                 "summary=<one line>). The output goes there, not into your reply; reply "
+                 "with the confirmation only.")
+    return "\n".join(lines)
+
+
+def confirmation_text(result: WriteResult) -> str:
+    lines = [f"Binding written: {result.binding}", f"Location: {result.location}"]
+    if result.execution_id:
+        lines.append(f"Execution ID: {result.execution_id}")
+    lines.append(f"Bytes: {result.bytes}")
+    if result.summary:
+        lines.append(f"Summary: {result.summary}")
+    return "\n".join(lines)
+
+
+def register(mcp: MCPServer, ctx: ServerContext) -> None:
+    registry = ctx.registry
+
+    @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
+    async def spawn_session(vm_token: str, statement: str, prompt: str,
+                            execution_id: int | None = None, context: list[str] | None = None,
+                            agent: str = "") -> Annotated[CallToolResult, SpawnResult]:
+        """Start a session/resume statement's session (prompt interpolated; context: binding
+        names; execution_id: its frame in a block). Returns a token and the subagent's brief."""
+        driven = registry.by_vm_token(vm_token)
+        driven.live()
+        st = driven.statement(statement)
+        if st.kind not in SESSION_KINDS:
+            raise Refusal("spawn_session starts session and resume statements only",
+                          f"statement {st.id} is a {st.kind} statement", st)
+        eid = driven.frame_for(st, execution_id)
+        if agent and agent != st.agent:
+            raise Refusal("a session runs the agent its statement names",
+                          f"statement {st.id} runs " + (f"agent '{st.agent}'" if st.agent
+                                                        else "no agent") + f", not '{agent}'",
+                          st)
+        if not prompt.strip():
+            raise Refusal("a session has a prompt", "the prompt is empty", st)
+        refs = []
+        for name in dict.fromkeys(context or ()):
+            found = driven.resolve(name, eid)
+            if found is None:
+                where = f"frame {eid}" if eid else "the top level"
+                raise Refusal("context names resolve in the scope chain of the session's frame",
+                              f"'{name}' is not a binding visible from {where} (loop "
+                              "variables and literals go into the prompt)", st)
+            refs.append(BindingRef(name, found.execution_id))
+        definition = driven.outline.agents.get(st.agent) if st.agent else None
+        memory = agent_ref(definition) if definition is not None else None
+        if st.kind == "resume":
+            with state_errors("spawn_session", st):
+                has_memory = memory is not None and driven.run.has_memory(memory)
+            if not has_memory:
+                raise Refusal("resume: continues an agent that has memory",
+                              f"agent '{st.agent}' has no memory yet; its first session is "
+                              f"'session: {st.agent}'", st)
+        if st.binds is not None:
+            ref = BindingRef(st.binds, eid)
+            kind = st.binding_kind if st.binding_kind in SESSION_BINDING_KINDS else "let"
+        else:
+            ref = BindingRef(driven.run.next_anonymous(), eid)
+            kind = "anonymous"
+        sequence = driven.sequence[(st.id, eid or 0)] + 1
+        key = session_key(st.id, eid, sequence)
+        input_hash = digest("\n".join([prompt, *(context or ())]))[:16]
+        start = SessionStart(key, input_hash, ref, kind, st.source, tuple(refs), memory,
+                             {"line": st.line, "statement": st.id,
+                              "binding": [ref.name, ref.execution_id]})
+        with state_errors("spawn_session", st):
+            granted = driven.run.start_sessions([start])[0]
+        if isinstance(granted, Exception):
+            raise Refusal("a session is granted exactly its binding", str(granted), st)
+        driven.sequence[(st.id, eid or 0)] = sequence
+        pending = driven.pending[key] = Pending(st, ref, key, input_hash, granted.token)
+        text = brief(driven, st, pending, granted.token, prompt, [r.name for r in refs],
+                     definition, memory)
+        result = SpawnResult(session_token=granted.token, statement=st.id, binding=ref.name,
+                             execution_id=ref.execution_id, location=granted.binding_location,
+                             brief=text)
+        return reply(result, text)
+
+    @mcp.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
+    async def write_binding(token: str, value: str = "", summary: str = "", name: str = "",
+                            execution_id: int | None = None,
+                            copy_of: str = "") -> Annotated[CallToolResult,
+                                                                     WriteResult]:
+        """Session token: write its own binding (value) and end. VM token: write a binding no
+        session makes (name; value or copy_of a binding). Returns the location."""
+        route = ctx.session_route(token)
+        if route is not None:
+            return await route.write(token, value, summary or None)  # type: ignore[no-any-return]
+        if token.startswith(VM_PREFIX):
+            return await _vm_write(ctx, token, name, value, copy_of, execution_id, summary)
+        return await _session_write(ctx, token, name, value, copy_of, execution_id, summary)
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def read_binding(token: str, name: str, execution_id: int | None = None,
+                           offset: int = 0, limit: int = READ_LIMIT
+                           ) -> Annotated[CallToolResult, ReadResult]:
+        """Read a binding's value (offset/limit in characters). VM token: scope chain from
+        execution_id; session token: its context only."""
+        if offset < 0 or limit < 1:
+            raise Refusal("offset is >= 0 and limit >= 1", f"offset {offset}, limit {limit}")
+        route = ctx.session_route(token)
+        if route is not None:
+            return await route.read(token, name, offset, limit)  # type: ignore[no-any-return]
+        if token.startswith(VM_PREFIX):
+            driven = registry.by_vm_token(token)
+            with state_errors("read_binding"):
+                if execution_id:
+                    driven.run.frame(execution_id)
+                binding = driven.run.resolve(name, execution_id or None)
+            if binding is None:
+                raise Refusal("a name is read through the scope chain",
+                              f"no binding '{name}' is visible from "
+                              + (f"frame {execution_id}" if execution_id else "the top level"))
+            value, eid, kind = binding.value, binding.execution_id, binding.kind
+        else:
+            driven, handle = registry.by_session_token(token)
+            ref = handle.context.get(name)
+            if ref is None:
+                raise Refusal("a session reads only the bindings it was given as context",
+                              f"'{name}' is not in this session's context (it has: "
+                              f"{', '.join(handle.context) or 'none'})")
+            with state_errors("read_binding"):
+                value = handle.read_context(name)
+            eid, kind = ref.execution_id, dict(driven.run.binding_index()).get(ref, "let")
+        part = value[offset:offset + limit]
+        end = offset + len(part)
+        result = ReadResult(name=name, execution_id=eid, kind=kind, value=part, offset=offset,
+                            total_chars=len(value),
+                            next_offset=end if end < len(value) else None)
+        more = f"; more from offset {end}" if end < len(value) else ""
+        header = f"[{name}{'@' + str(eid) if eid else ''} ({kind}): characters {offset}-{end} " \
+                 f"of {len(value)}{more}]"
+        return reply(result, f"{header}\n{part}")
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def read_memory(token: str) -> Annotated[CallToolResult, MemoryResult]:
+        """Read the persistent agent's memory (its session's token)."""
+        route = ctx.session_route(token)
+        if route is not None:
+            routed = await route.read_memory(token)
+            return reply(MemoryResult(agent="", location="", memory=routed,
+                                      bytes=len((routed or "").encode())),
+                         routed or "(no memory yet)")
+        driven, handle = registry.by_session_token(token)
+        driven.live()
+        with state_errors("read_memory"):
+            memory = handle.read_memory()
+            location = driven.run.backend.memory_location(driven.id, handle.agent)  # type: ignore[arg-type]
+        text = memory or ""
+        result = MemoryResult(agent=handle.agent.name, location=location,  # type: ignore[union-attr]
+                              memory=memory, bytes=len(text.encode()))
+        return reply(result, text or f"(agent '{result.agent}' has no memory yet)")
+
+    @mcp.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
+    async def write_memory(token: str, memory: str) -> Annotated[CallToolResult, MemoryResult]:
+        """Replace the persistent agent's memory (its session's token)."""
+        route = ctx.session_route(token)
+        if route is not None:
+            await route.write_memory(token, memory)
+            size = len(memory.encode())
+            return reply(MemoryResult(agent="", location="", bytes=size),
+                         f"Memory written\nBytes: {size}")
+        driven, handle = registry.by_session_token(token)
+        driven.live()
+        with state_errors("write_memory"):
+            handle.write_memory(memory)
+            location = driven.run.backend.memory_location(driven.id, handle.agent)  # type: ignore[arg-type]
+        result = MemoryResult(agent=handle.agent.name, location=location,  # type: ignore[union-attr]
+                              bytes=len(memory.encode()))
+        await ctx.changed(driven.id)
+        return reply(result, f"Memory written: {result.agent}\nLocation: {location}\n"
+                             f"Bytes: {result.bytes}")
+
+
+async def _session_write(ctx: ServerContext, token: str, name: str, value: str, copy_of: str,
+                         execution_id: int | None, summary: str) -> CallToolResult:
+    registry = ctx.registry
+    try:
+        driven, handle = registry.by_session_token(token)
+    except Refusal:
+        ended = registry.ended_grant(token)
+        if ended is None:
+            raise
+        return _resend(*ended, token, value)
+    driven.live()
+    if copy_of:
+        raise Refusal("a session writes its own output as value",
+                      "give value (copy_of is for the VM token)")
+    _check_own(handle, name, execution_id)
+    pending = driven.pending_for(token, handle.binding)
+    if pending is None:
+        raise Refusal("a session writes the binding it was spawned for",
+                      f"no session of this server is pending for '{handle.binding.name}'")
+    with state_errors("write_binding", pending.statement):
+        if handle.agent is not None:
+            handle.append_segment(value)
+        binding = driven.run.complete_session(token, pending.key, input_hash=pending.input_hash,
+                                              value=value)
+    del driven.pending[pending.key]
+    ref = handle.binding
+    driven.completed[(pending.statement.id, ref.execution_id or 0)] = ref
+    result = WriteResult(binding=ref.name, location=binding.location or
+                         driven.run.binding_location(ref), execution_id=ref.execution_id,
+                         bytes=len(value.encode()), summary=summary or None)
+    driven.written[digest(token)] = Written(digest(value), result)
+    hooks = ctx.modes.get(driven.mode)
+    if hooks is not None:
+        await hooks.session_written(ctx, driven, pending, binding)
+    await ctx.changed(driven.id, [binding_uri_name(ref)])
+    return reply(result, confirmation_text(result))
+
+
+def _check_own(handle: SessionHandle, name: str, execution_id: int | None) -> None:
+    own = handle.binding
+    if (name and name != own.name) or (
+            execution_id is not None and (execution_id or None) != own.execution_id):
+        raise Refusal("a session token writes exactly its own binding",
+                      f"this session writes '{own.name}'"
+                      + (f" in execution {own.execution_id}" if own.execution_id else "")
+                      + f", not '{name or own.name}'"
+                      + (f" in execution {execution_id}" if execution_id else ""))
+
+
+def _resend(driven: DrivenRun, ref: BindingRef, token: str, value: str) -> CallToolResult:
+    """A write with a token that has already written: the same value gets the first
+    confirmation again (nothing is applied twice); another value is refused."""
+    written = driven.written.get(digest(token))
+    if written is not None:
+        same = written.value_hash == digest(value)
+        result = written.confirmation
+    else:  # written before this server started: compare with the stored value
+        with state_errors("write_binding"):
+            stored = driven.run.read_binding(ref)
+        same = stored.value == value
+        result = WriteResult(binding=ref.name, location=driven.run.binding_location(ref),
+                             execution_id=ref.execution_id, bytes=len(value.encode()))
+    if not same:
+        raise Refusal("a session's binding is written once; a resend must carry the same value",
+                      f"the session for '{ref.name}' already wrote a different value")
+    return reply(result, confirmation_text(result))
+
+
+async def _vm_write(ctx: ServerContext, token: str, name: str, value: str, copy_of: str,
+                    execution_id: int | None, summary: str) -> CallToolResult:
+    driven = ctx.registry.by_vm_token(token)
+    driven.live()
+    if not name:
+        raise Refusal("the VM token names the binding it writes", "give name")
+    if value and copy_of:
+        raise Refusal("a VM write has one source", "give either value or copy_of")
+    eid = execution_id or None
+    block = None
+    if eid is not None:
+        with state_errors("write_binding"):
+            frame = driven.run.frame(eid)
+        if frame.status == "completed":
+            raise Refusal("a binding is written in a live frame", f"frame {eid} was popped")
+        block = frame.block
+    writers = driven.outline.writers_of(name, block)
+    where = f"block '{block}'" if block else "the program's top level"
+    if not writers:
+        raise Refusal("the VM writes only names the program binds there",
+                      f"no statement at {where} binds '{name}'")
+    own = [w for w in writers
+           if name in w.names or (w.kind not in SESSION_KINDS and w.kind != "sequence")]
+    if not own:
+        raise Refusal("a session's binding is written by that session (with its session "
+                      "token)", f"'{name}' is produced by a session", writers[0])
+    statement = own[0]
+    ref = BindingRef(name, eid)
+    if any(p.ref == ref for p in driven.pending.values()):
+        raise Refusal("a session's binding is written by that session (with its session "
+                      "token)", f"the session for '{name}' is still pending", statement)
+    kind = statement.binding_kind if statement.binding_kind in SESSION_BINDING_KINDS else "let"
+    existing = dict(driven.run.binding_index()).get(ref)
+    if existing == "const":
+        raise Refusal("a const is written once", f"'{name}' is a const that already has a "
+                      "value", statement)
+    if copy_of:
+        found = driven.resolve(copy_of, eid)
+        if found is None:
+            raise Refusal("copy_of names a binding visible from the frame",
+                          f"no binding '{copy_of}' is visible from "
+                          + (f"frame {eid}" if eid else "the top level"), statement)
+        value = found.value
+    with state_errors("write_binding", statement):
+        driven.run.write_binding(ref, value, kind, statement.source)
+    result = WriteResult(binding=name, location=driven.run.binding_location(ref),
+                         execution_id=eid, bytes=len(value.encode()), summary=summary or None)
+    await ctx.changed(driven.id, [binding_uri_name(ref)])
+    return reply(result, confirmation_text(result))

@@ -1,0 +1,306 @@
+"""Every rule the tools keep: a call breaking it is refused with the rule, the statement and
+the line in the text the model reads, and the run is left exactly as it was (every file of
+it byte for byte)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.mcp_server.host import ERAS, Host, host
+
+pytestmark = pytest.mark.anyio
+
+PROGRAM = """\
+input topic: "What to look into"
+agent scout:
+  model: haiku
+  prompt: "You scout."
+agent keeper:
+  persist: true
+  prompt: "You remember."
+const limit = "3"
+block dig(area) (max_depth: 2):
+  let found = session "Dig {area}"
+    context: area
+let first = session: scout
+  prompt: "Scout {topic}"
+do dig(first)
+loop until **deep enough** (max: 3):
+  session "Go deeper"
+choice **which path**:
+  option "left":
+    session "Left"
+  option "right":
+    session "Right"
+resume: keeper
+  prompt: "Recall"
+output result = first
+block other():
+  session "Elsewhere"
+"""
+# statement ids: 3 const limit, 4 block dig, 5 let first (session: scout), 6 do dig,
+# 7 loop (judged) with 7.0 inside, 8 choice with 8.o0.0 and 8.o1.0, 9 resume: keeper,
+# 10 output result, dig.0 the session in block dig, other.0 in block other.
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "dig.prose").write_text(PROGRAM)
+    return project
+
+
+def fingerprint(root: Path, run_id: str) -> dict[str, bytes]:
+    base = root / ".prose" / "runs" / run_id
+    return {str(p.relative_to(base)): p.read_bytes() for p in base.rglob("*") if p.is_file()}
+
+
+class Run:
+    """A started run of PROGRAM and the calls that refusals are checked against."""
+
+    def __init__(self, h: Host, root: Path, started: dict[str, Any]) -> None:
+        self.h, self.root, self.started = h, root, started
+        self.id, self.vm = started["run_id"], started["vm_token"]
+
+    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        return await self.h.call(tool, **arguments)
+
+    async def refused(self, tool: str, *expected: str, **arguments: Any) -> str:
+        """``tool`` is refused, the text names every ``expected`` part, nothing changed."""
+        before = fingerprint(self.root, self.id)
+        text = await self.h.refused(tool, **arguments)
+        for part in expected:
+            assert part in text, f"{part!r} not in {text!r}"
+        assert fingerprint(self.root, self.id) == before, f"{tool} changed the run: {text}"
+        return text
+
+    async def session(self, statement: str, prompt: str = "work", **arguments: Any) -> str:
+        spawned = await self.call("spawn_session", vm_token=self.vm, statement=statement,
+                                  prompt=prompt, **arguments)
+        return spawned["session_token"]
+
+
+@asynccontextmanager
+async def started(root: Path, era: dict[str, Any] | None = None) -> AsyncIterator[Run]:
+    async with host(root, era if era is not None else {"mode": "legacy"}, watch=False) as h:
+        run = await h.call("start_run", program="dig.prose", inputs={"topic": "caves"})
+        yield Run(h, root, run)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_tokens_are_checked(era: dict, root: Path) -> None:
+    async with started(root, era) as run:
+        await run.refused("run_status", "not a VM token", vm_token="hello")
+        await run.refused("run_status", "run id 'x'", vm_token="vm.x.y")
+        await run.refused("spawn_session", "not a VM token", vm_token="ses_abc",
+                          statement="5", prompt="p")
+        await run.refused("write_binding", "unknown", token="ses_nope", value="v")
+        token = await run.session("5", "Scout caves")
+        await run.refused("spawn_session", "not a VM token", vm_token=token, statement="5",
+                          prompt="p")
+        await run.refused("read_memory", "rule: a session token is what a session writes",
+                          token=run.vm)
+
+
+async def test_spawn_session_rules(root: Path) -> None:
+    async with started(root) as run:
+        await run.refused("spawn_session", "no statement '99'", "rule: a call names a "
+                          "statement", vm_token=run.vm, statement="99", prompt="p")
+        await run.refused("spawn_session", "statement 7 is a loop statement",
+                          "[statement 7, line 15]", vm_token=run.vm, statement="7", prompt="p")
+        await run.refused("spawn_session", "top level", "[statement 5, line 12]",
+                          vm_token=run.vm, statement="5", prompt="p", execution_id=1)
+        await run.refused("spawn_session", "inside block 'dig'", "[statement dig.0, line 10]",
+                          vm_token=run.vm, statement="dig.0", prompt="p")
+        await run.refused("spawn_session", "no frame 4", vm_token=run.vm, statement="dig.0",
+                          prompt="p", execution_id=4)
+        await run.refused("spawn_session", "runs agent 'scout', not 'keeper'",
+                          "rule: a session runs the agent its statement names",
+                          vm_token=run.vm, statement="5", prompt="p", agent="keeper")
+        await run.refused("spawn_session", "the prompt is empty", vm_token=run.vm,
+                          statement="5", prompt="  ")
+        await run.refused("spawn_session", "'nothing' is not a binding visible",
+                          "rule: context names resolve in the scope chain", vm_token=run.vm,
+                          statement="5", prompt="p", context=["topic", "nothing"])
+        await run.refused("spawn_session", "agent 'keeper' has no memory yet",
+                          "[statement 9, line 22]", vm_token=run.vm, statement="9",
+                          prompt="Recall")
+        other = await run.call("push_frame", vm_token=run.vm, block="other")
+        await run.refused("spawn_session", "is a frame of block 'other'", vm_token=run.vm,
+                          statement="dig.0", prompt="p", execution_id=other["execution_id"])
+        await run.call("pop_frame", vm_token=run.vm, execution_id=other["execution_id"])
+        await run.refused("spawn_session", f"frame {other['execution_id']} was popped",
+                          vm_token=run.vm, statement="other.0", prompt="p",
+                          execution_id=other["execution_id"])
+
+
+async def test_write_binding_rules_for_sessions(root: Path) -> None:
+    async with started(root) as run:
+        token = await run.session("5", "Scout caves", context=["topic"])
+        await run.refused("write_binding", "this session writes 'first', not 'other'",
+                          "rule: a session token writes exactly its own binding",
+                          token=token, value="v", name="other")
+        await run.refused("write_binding", "copy_of is for the VM token", token=token,
+                          copy_of="topic")
+        await run.refused("write_binding", "'first' is produced by a session",
+                          "[statement 5, line 12]", token=run.vm, name="first", value="v")
+        await run.refused("read_binding", "'limit' is not in this session's context",
+                          token=token, name="limit")
+        await run.refused("update_state", "the session for 'first' is still pending",
+                          "[statement 5, line 12]", vm_token=run.vm, statement="5",
+                          status="complete")
+        await run.refused("complete_run", "output 'result' has not been written",
+                          vm_token=run.vm)
+        first = await run.call("write_binding", token=token, value="tunnels", summary="s")
+        assert "tunnels" not in str({k: v for k, v in first.items()})
+        again = await run.call("write_binding", token=token, value="tunnels", summary="s")
+        assert again == first
+        await run.refused("write_binding", "already wrote a different value",
+                          token=token, value="caverns")
+        await run.refused("read_binding", "has ended", token=token, name="topic")
+
+
+async def test_write_binding_rules_for_the_vm(root: Path) -> None:
+    async with started(root) as run:
+        await run.refused("write_binding", "give name", token=run.vm, value="v")
+        await run.refused("write_binding", "give either value or copy_of", token=run.vm,
+                          name="result", value="v", copy_of="topic")
+        await run.refused("write_binding", "no statement at the program's top level binds "
+                          "'found'", token=run.vm, name="found", value="v")
+        await run.refused("write_binding", "no binding 'nothing' is visible", "[statement 10",
+                          token=run.vm, name="result", copy_of="nothing")
+        await run.call("write_binding", token=run.vm, name="limit", value="3")
+        await run.refused("write_binding", "'limit' is a const", "[statement 3, line 8]",
+                          token=run.vm, name="limit", value="4")
+        frame = await run.call("push_frame", vm_token=run.vm, block="dig", args={"area": "x"})
+        await run.refused("write_binding", "no statement at block 'dig' binds 'result'",
+                          token=run.vm, name="result", value="v",
+                          execution_id=frame["execution_id"])
+
+
+async def test_read_binding_rules(root: Path) -> None:
+    async with started(root) as run:
+        await run.refused("read_binding", "no binding 'missing' is visible", token=run.vm,
+                          name="missing")
+        await run.refused("read_binding", "offset is >= 0", token=run.vm, name="topic",
+                          offset=-1)
+        await run.refused("read_binding", "no frame with execution_id 3", token=run.vm,
+                          name="topic", execution_id=3)
+        read = await run.call("read_binding", token=run.vm, name="topic", offset=1, limit=2)
+        assert (read["value"], read["total_chars"], read["next_offset"]) == ("av", 5, 3)
+
+
+async def test_update_state_rules(root: Path) -> None:
+    async with started(root) as run:
+        await run.refused("update_state", "no statement 'x'", vm_token=run.vm, statement="x",
+                          status="started")
+        await run.refused("update_state", "its binding was never written",
+                          "[statement 5, line 12]", vm_token=run.vm, statement="5",
+                          status="complete")
+        await run.refused("update_state", "statement 5 is a session statement",
+                          "rule: only loops have iterations", vm_token=run.vm, statement="5",
+                          status="iteration", iteration=1)
+        await run.refused("update_state", "give iteration", vm_token=run.vm, statement="7",
+                          status="iteration")
+        await run.refused("update_state", "inside block 'dig'", vm_token=run.vm,
+                          statement="dig.0", status="started")
+        await run.refused("update_state", "Input should be", vm_token=run.vm, statement="7",
+                          status="teleported")
+        await run.call("update_state", vm_token=run.vm, statement="7", status="iteration",
+                       iteration=0, note="first round")
+        text = (root / ".prose" / "runs" / run.id / "state.md").read_text()
+        assert "# (iteration 0)" in text and "first round" in text, text
+
+
+async def test_frame_rules(root: Path) -> None:
+    async with started(root) as run:
+        await run.refused("push_frame", "there is no block 'mine'", vm_token=run.vm,
+                          block="mine")
+        await run.refused("push_frame", "block 'dig' takes (area); missing area",
+                          vm_token=run.vm, block="dig", args={"depth": "1"})
+        await run.refused("push_frame", "area given twice", vm_token=run.vm, block="dig",
+                          args={"area": "x"}, args_from={"area": "topic"})
+        await run.refused("push_frame", "no binding 'nothing' for parameter 'area'",
+                          vm_token=run.vm, block="dig", args_from={"area": "nothing"})
+        await run.refused("push_frame", "statement 5 is a session statement",
+                          vm_token=run.vm, block="dig", args={"area": "x"}, statement="5")
+        one = await run.call("push_frame", vm_token=run.vm, block="dig",
+                             args_from={"area": "topic"}, statement="6")
+        assert (one["depth"], one["max_depth"]) == (1, 2)
+        two = await run.call("push_frame", vm_token=run.vm, block="dig", args={"area": "y"},
+                             parent=one["execution_id"])
+        await run.refused("push_frame", "RecursionLimitExceeded: block 'dig' exceeded "
+                          "max_depth 2", vm_token=run.vm, block="dig", args={"area": "z"},
+                          parent=two["execution_id"])
+        await run.refused("pop_frame", "only the top frame pops", vm_token=run.vm,
+                          execution_id=one["execution_id"])
+        token = await run.session("dig.0", "Dig y", execution_id=two["execution_id"],
+                                  context=["area"])
+        assert (await run.call("read_binding", token=token, name="area"))["value"] == "y"
+        await run.refused("pop_frame", "the session for 'found' in frame 2 is pending",
+                          vm_token=run.vm, execution_id=two["execution_id"])
+        await run.refused("complete_run", "the session for 'found' has not written",
+                          vm_token=run.vm)
+        await run.call("write_binding", token=token, value="gems")
+        await run.call("pop_frame", vm_token=run.vm, execution_id=two["execution_id"])
+        await run.refused("pop_frame", "already popped", vm_token=run.vm,
+                          execution_id=two["execution_id"])
+        await run.refused("push_frame", "frame 2 was popped", vm_token=run.vm, block="dig",
+                          args={"area": "w"}, parent=two["execution_id"])
+        await run.call("write_binding", token=run.vm, name="result", copy_of="topic")
+        await run.refused("complete_run", "frame 1 of block 'dig' is still live",
+                          vm_token=run.vm)
+
+
+async def test_verdict_rules(root: Path) -> None:
+    async with started(root) as run:
+        await run.refused("record_verdict", "statement 5 (session) has no condition",
+                          vm_token=run.vm, statement="5", value=True, reason="r")
+        await run.refused("record_verdict", "'middle' is not one of left, right",
+                          "[statement 8, line 17]", vm_token=run.vm, statement="8",
+                          value="middle", reason="r")
+        await run.refused("record_verdict", "got 'maybe'", vm_token=run.vm, statement="7",
+                          value="maybe", reason="r")
+        await run.refused("record_verdict", "the reason is empty", vm_token=run.vm,
+                          statement="7", value=False, reason=" ")
+        recorded = await run.call("record_verdict", vm_token=run.vm, statement="7",
+                                  value=False, reason="still shallow", iteration=0)
+        assert recorded["recorded"] is True
+        again = await run.call("record_verdict", vm_token=run.vm, statement="7",
+                               value=False, reason="asked again", iteration=0)
+        assert (again["recorded"], again["reason"]) == (False, "still shallow")
+        await run.refused("record_verdict", "iteration 0 was judged False: still shallow",
+                          vm_token=run.vm, statement="7", value=True, reason="r",
+                          iteration=0)
+        status = await run.call("run_status", vm_token=run.vm)
+        assert status["verdicts"] == [{"key": "7@0?0", "value": False,
+                                       "reason": "still shallow"}]
+
+
+async def test_memory_rules(root: Path) -> None:
+    async with started(root) as run:
+        scout = await run.session("5", "Scout caves")
+        await run.refused("read_memory", "has no agent memory", token=scout)
+        await run.refused("write_memory", "has no agent memory", token=scout, memory="m")
+
+
+async def test_finished_runs_and_replaced_tokens(root: Path) -> None:
+    async with started(root) as run:
+        resumed = await run.call("resume_run", run_id=run.id)
+        await run.refused("run_status", "no longer drives run", vm_token=run.vm)
+        fresh = resumed["vm_token"]
+        await run.call("write_binding", token=fresh, name="result", copy_of="topic")
+        await run.call("complete_run", vm_token=fresh, status="failed", error="stopped")
+        await run.refused("spawn_session", "is failed", "rule: a finished run is not driven",
+                          vm_token=fresh, statement="5", prompt="p")
+        await run.refused("resume_run", "is failed", run_id=run.id)
