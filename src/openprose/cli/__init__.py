@@ -21,6 +21,7 @@ COMMANDS = {
     "update": "openprose.cli.update_cmd:update_command",
     "doctor": "openprose.cli.doctor_cmd:doctor_command",
     "install-skill": "openprose.cli.install_skill_cmd:install_skill_command",
+    "serve": "openprose.cli.serve_cmd:serve_command",
 }
 
 

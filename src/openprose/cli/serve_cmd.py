@@ -1,0 +1,68 @@
+"""``prose serve``: the MCP server for hosts that run programs themselves (stdio or HTTP)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import click
+
+EXIT_INTERRUPTED = 130
+
+
+@click.command("serve")
+@click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=".",
+              show_default=True, help="Project directory: programs are read and runs kept "
+                                      "under it (.prose/).")
+@click.option("--http", "http_port", type=click.IntRange(0, 65535), metavar="PORT",
+              help="Serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio (0 picks a "
+                   "free port). Clients must send the bearer token.")
+def serve_command(project: Path, http_port: int | None) -> None:
+    """Serve OpenProse to MCP hosts (Claude Desktop, Claude Code, …).
+
+    By default the server speaks MCP over stdin/stdout, as hosts start it. With --http it
+    listens on loopback only and answers 401 to any request without
+    'Authorization: Bearer TOKEN'. TOKEN is OPENPROSE_MCP_TOKEN from .prose/.env or the
+    environment, or else a fresh one printed once to stderr.
+
+    Stops cleanly on Ctrl-C or SIGTERM (exit 130 and 143), or when a stdio client closes
+    the pipe (exit 0).
+    """
+    from openprose.mcp_server.server import create_server
+    from openprose.mcp_server.transport import (
+        MCP_PATH,
+        TOKEN_SETTING,
+        TransportError,
+        bind_loopback,
+        configured_token,
+        new_token,
+        serve_http,
+        serve_stdio,
+    )
+
+    root = project.resolve()
+    if not root.is_dir():
+        raise click.UsageError(f"--project {project}: no such directory")
+    try:
+        if http_port is None:
+            signum = anyio.run(serve_stdio, create_server(root))
+        else:
+            token = configured_token(root)
+            sock = bind_loopback(http_port)
+            host, port = sock.getsockname()[:2]
+            click.echo(f"prose serve: MCP over HTTP at http://{host}:{port}{MCP_PATH} "
+                       f"(project {root})", err=True)
+            if token is None:
+                token = new_token()
+                click.echo(f"prose serve: bearer token (shown once): {token}", err=True)
+            else:
+                click.echo(f"prose serve: bearer token from {TOKEN_SETTING}", err=True)
+            signum = anyio.run(serve_http, create_server(root), sock, token)
+    except TransportError as exc:
+        click.echo(f"prose serve: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        signum = 2
+    if signum is not None:
+        sys.exit(128 + signum)

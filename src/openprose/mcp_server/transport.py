@@ -1,0 +1,171 @@
+"""How hosts reach the server: stdio, or streamable HTTP on loopback behind a bearer token.
+
+Over HTTP every request must carry ``Authorization: Bearer <token>``; anything else is answered
+``401`` before it reaches the MCP layer. The token is ``OPENPROSE_MCP_TOKEN`` from the project's
+settings (``.prose/.env``, then the environment) or one generated per start. Both transports stop
+cleanly on SIGINT or SIGTERM: the server's lifespan is left, stores are closed, and the caller
+gets the signal back to choose an exit status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import io
+import json
+import secrets
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from anyio.lowlevel import EventLoopToken
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
+
+from openprose.state.config import settings
+
+TOKEN_SETTING = "OPENPROSE_MCP_TOKEN"
+LOOPBACK = "127.0.0.1"
+MCP_PATH = "/mcp"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
+                   Awaitable[None]]
+
+
+class TransportError(RuntimeError):
+    """The server cannot be reached as asked (port taken, bad token setting); says why."""
+
+
+def configured_token(project_root: Path) -> str | None:
+    """The bearer token the project's settings fix, if any."""
+    token = settings(project_root).get(TOKEN_SETTING, "").strip()
+    if not token:
+        return None
+    if len(token) < 16 or any(ch.isspace() or not ch.isprintable() for ch in token):
+        raise TransportError(f"{TOKEN_SETTING} must be at least 16 printable characters "
+                             "without spaces")
+    return token
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class BearerAuth:
+    """ASGI middleware: HTTP requests without the right bearer token get 401 and go no further."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._token = token.encode()
+
+    def authorized(self, scope: Scope) -> bool:
+        header = next((value for key, value in scope.get("headers", ())
+                       if key == b"authorization"), b"")
+        scheme, _, credentials = header.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(),
+                                                                   self._token)
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
+                       send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] == "http" and not self.authorized(scope):
+            body = json.dumps({"error": "unauthorized",
+                               "message": "send the server's token as "
+                                          "'Authorization: Bearer <token>'"}).encode()
+            await send({"type": "http.response.start", "status": 401, "headers": [
+                (b"content-type", b"application/json"),
+                (b"www-authenticate", b'Bearer realm="openprose"'),
+                (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+def bind_loopback(port: int) -> socket.socket:
+    """A listening socket on 127.0.0.1:``port`` (0 picks a free port)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((LOOPBACK, port))
+    except OSError as exc:
+        sock.close()
+        raise TransportError(f"cannot listen on {LOOPBACK}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    return sock
+
+
+def _uvicorn_server(app: ASGIApp, sock: socket.socket) -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """Signals are ours (see :func:`serve_http`); uvicorn must not install or re-raise them."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    host, port = sock.getsockname()[:2]
+    return Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                 access_log=False, lifespan="on", timeout_graceful_shutdown=2))
+
+
+async def _first_signal(received: list[int], stop: Callable[[], None]) -> None:
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async for signum in signals:
+            received.append(signum)
+            stop()
+            return
+
+
+def _read_lines(stream: IO[str], send: MemoryObjectSendStream[str],
+                token: EventLoopToken) -> None:
+    """Hand ``stream``'s lines to the event loop until EOF or until the loop is gone."""
+    try:
+        for line in stream:
+            anyio.from_thread.run(send.send, line, token=token)
+        anyio.from_thread.run_sync(send.close, token=token)
+    except (RuntimeError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        return
+
+
+async def serve_stdio(mcp: MCPServer) -> int | None:
+    """Serve over stdin/stdout until the client closes stdin (None) or a stop signal (its
+    number). Stdin is read on a daemon thread: a signal must not wait for a blocked read."""
+    received: list[int] = []
+    send, lines = anyio.create_memory_object_stream[str]()
+    stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    threading.Thread(target=_read_lines, args=(stdin, send, anyio.lowlevel.current_token()),
+                     name="prose-serve-stdin", daemon=True).start()
+    async with anyio.create_task_group() as group, stdio_server(stdin=lines) as streams:
+        group.start_soon(_first_signal, received, group.cancel_scope.cancel)
+        server = mcp._lowlevel_server
+        await server.run(*streams, server.create_initialization_options())
+        group.cancel_scope.cancel()
+    return received[0] if received else None
+
+
+async def serve_http(mcp: MCPServer, sock: socket.socket, token: str) -> int | None:
+    """Serve streamable HTTP at ``/mcp`` on the bound loopback ``sock``, bearer token required,
+    until a stop signal (its number is returned)."""
+    app = BearerAuth(mcp.streamable_http_app(host=LOOPBACK), token)
+    server = _uvicorn_server(app, sock)
+    received: list[int] = []
+
+    def stop() -> None:
+        server.should_exit = True
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(_first_signal, received, stop)
+        await server.serve(sockets=[sock])
+        group.cancel_scope.cancel()
+    return received[0] if received else None
