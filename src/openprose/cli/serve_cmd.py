@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import click
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 EXIT_INTERRUPTED = 130
 
@@ -29,7 +33,9 @@ def serve_command(project: Path, http_port: int | None) -> None:
     Stops cleanly on Ctrl-C or SIGTERM (exit 130 and 143), or when a stdio client closes
     the pipe (exit 0).
     """
-    from openprose.mcp_server.server import create_server
+    root = project.resolve()
+    if not root.is_dir():
+        raise click.UsageError(f"--project {project}: no such directory")
     from openprose.mcp_server.transport import (
         MCP_PATH,
         TOKEN_SETTING,
@@ -41,12 +47,9 @@ def serve_command(project: Path, http_port: int | None) -> None:
         serve_stdio,
     )
 
-    root = project.resolve()
-    if not root.is_dir():
-        raise click.UsageError(f"--project {project}: no such directory")
     try:
         if http_port is None:
-            signum = anyio.run(serve_stdio, create_server(root))
+            signum = anyio.run(serve_stdio, _server(root))
         else:
             token = configured_token(root)
             sock = bind_loopback(http_port)
@@ -58,7 +61,7 @@ def serve_command(project: Path, http_port: int | None) -> None:
                 click.echo(f"prose serve: bearer token (shown once): {token}", err=True)
             else:
                 click.echo(f"prose serve: bearer token from {TOKEN_SETTING}", err=True)
-            signum = anyio.run(serve_http, create_server(root), sock, token)
+            signum = anyio.run(serve_http, _server(root), sock, token)
     except TransportError as exc:
         click.echo(f"prose serve: {exc}", err=True)
         sys.exit(2)
@@ -66,3 +69,10 @@ def serve_command(project: Path, http_port: int | None) -> None:
         signum = 2
     if signum is not None:
         sys.exit(128 + signum)
+
+
+def _server(root: Path) -> MCPServer:
+    """The server for ``root``; the SDK is loaded only now, once the options proved good."""
+    from openprose.mcp_server.server import create_server
+
+    return create_server(root)

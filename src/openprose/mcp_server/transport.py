@@ -20,17 +20,18 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 from anyio.streams.memory import MemoryObjectSendStream
-from mcp.server.mcpserver import MCPServer
-from mcp.server.stdio import stdio_server
 
 from openprose.state.config import settings
+
+if TYPE_CHECKING:  # the SDK loads only once the settings and the port are known to be good
+    from mcp.server.mcpserver import MCPServer
 
 TOKEN_SETTING = "OPENPROSE_MCP_TOKEN"
 LOOPBACK = "127.0.0.1"
@@ -141,6 +142,8 @@ def _read_lines(stream: IO[str], send: MemoryObjectSendStream[str],
 async def serve_stdio(mcp: MCPServer) -> int | None:
     """Serve over stdin/stdout until the client closes stdin (None) or a stop signal (its
     number). Stdin is read on a daemon thread: a signal must not wait for a blocked read."""
+    from mcp.server.stdio import stdio_server
+
     received: list[int] = []
     send, lines = anyio.create_memory_object_stream[str]()
     stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
