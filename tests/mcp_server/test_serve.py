@@ -129,7 +129,7 @@ async def test_http_refuses_requests_without_the_token(served: Served,
     headers = {"accept": "application/json, text/event-stream"}
     if authorization is not None:
         headers["authorization"] = authorization
-    async with httpx2.AsyncClient() as http:
+    async with httpx2.AsyncClient(timeout=30) as http:
         response = await http.post(served.url, json=_initialize(), headers=headers)
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Bearer")
@@ -161,10 +161,11 @@ async def test_http_token_from_project_settings_is_required_and_not_printed(
     (project / ".prose" / ".env").write_text(f"OPENPROSE_MCP_TOKEN={token}\n")
     served = _serve_http(project, _environ(HOME=str(project.parent)))
     try:
-        async with httpx2.AsyncClient() as http:
+        async with httpx2.AsyncClient(timeout=30) as http:
             refused = await http.post(served.url, json=_initialize(),
                                       headers={"authorization": "Bearer " + "y" * 34})
-        async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}) as http, \
+        async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"},
+                                    timeout=30) as http, \
                 Client(streamable_http_client(served.url, http_client=http)) as client:
             assert (await client.list_prompts()).prompts
     finally:

@@ -53,6 +53,7 @@ def serve_command(project: Path, http_port: int | None) -> None:
         else:
             token = configured_token(root)
             sock = bind_loopback(http_port)
+            mcp = _server(root)  # loaded before the address is announced
             host, port = sock.getsockname()[:2]
             click.echo(f"prose serve: MCP over HTTP at http://{host}:{port}{MCP_PATH} "
                        f"(project {root})", err=True)
@@ -61,7 +62,7 @@ def serve_command(project: Path, http_port: int | None) -> None:
                 click.echo(f"prose serve: bearer token (shown once): {token}", err=True)
             else:
                 click.echo(f"prose serve: bearer token from {TOKEN_SETTING}", err=True)
-            signum = anyio.run(serve_http, _server(root), sock, token)
+            signum = anyio.run(serve_http, mcp, sock, token)
     except TransportError as exc:
         click.echo(f"prose serve: {exc}", err=True)
         sys.exit(2)
