@@ -17,7 +17,9 @@ INSPECTOR_VERSION = "2.12.0"  # ../shared/spec/PLATFORM.md
 PROSE = str(Path(sys.executable).with_name("prose"))
 INSTALLED = Path(__file__).resolve().parents[2] / ".ci" / "node" / "node_modules" / ".bin" \
     / "mcp-inspector"
-HOST_TOOLS = {"start_run", "run_status", "resume_run", "complete_run"}
+HOST_TOOLS = {"start_run", "spawn_session", "write_binding", "read_binding", "update_state",
+              "push_frame", "pop_frame", "record_verdict", "read_memory", "write_memory",
+              "complete_run", "run_status", "resume_run"}
 
 
 def _inspector() -> list[str]:
@@ -33,7 +35,8 @@ def _inspector() -> list[str]:
 
 
 def _inspect(project: Path, *method: str) -> dict:
-    command = [*_inspector(), "--cli", "-e", f"HOME={project.parent}",
+    command = [*_inspector(), "--cli", "--connect-timeout", "120000",  # a loaded CI box
+               "-e", f"HOME={project.parent}",
                PROSE, "serve", "--project", str(project), *method]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300,
                           cwd=project.parent)

@@ -1,0 +1,155 @@
+"""MCP server benchmark (issue 11, done-when 4).
+
+    python bench/mcp.py [--sections results,tools,round-trip] [--trips 200]
+
+Starts the installed ``prose serve`` (the ``prose`` beside this Python) in a throwaway project
+and talks to it over a real stdio pipe with the SDK's client, as a host does. Sections:
+
+- ``results``: bytes a host reads back from ``spawn_session`` (a session whose context is a
+  1 KB or a 1 MB binding) and from ``write_binding`` (a 1 KB or a 1 MB value): the JSON of
+  the tool result, text and structured content. Target: the same for both sizes, <= 600 B.
+- ``tools``: the size of the ``tools/list`` result every host reads into its context, and the
+  largest tools in it. Target: <= 10 KB.
+- ``round-trip``: median (and 90th percentile) wall time of one ``write_binding`` of a 1 KB
+  value over stdio, call to result, each on its own session. Target: <= 2 ms.
+
+A section is a function taking the connected client and the options and printing its lines;
+add one to ``SECTIONS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+# Run as a script, this file's folder leads sys.path and this module would shadow the SDK.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
+
+import anyio  # noqa: E402
+from mcp import Client, StdioServerParameters  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
+PROSE = str(Path(sys.executable).with_name("prose"))
+KB, MB = 1024, 1024 * 1024
+DIGEST = 'input material: "what to digest"\nlet digest = session "Digest the material"\n' \
+         "  context: material\n"
+
+
+class BenchError(Exception):
+    """A tool refused a call the benchmark needs."""
+
+
+def wire_bytes(result: BaseModel) -> int:
+    """Size of a result as JSON, the way it crosses the pipe."""
+    return len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> Any:
+    result = await client.call_tool(tool, arguments)
+    if result.is_error:
+        text = " ".join(getattr(part, "text", "") for part in result.content)
+        raise BenchError(f"{tool} refused: {text}")
+    return result
+
+
+async def start(client: Client, source: str, inputs: dict[str, str] | None = None
+                ) -> tuple[str, dict[str, str]]:
+    """Start a host-driven run of ``source``: its VM token and statement ids by binding."""
+    started = (await call(client, "start_run", program=source, inputs=inputs or {}))
+    content = started.structured_content
+    ids = {entry["binds"]: entry["id"] for entry in content["outline"] if entry.get("binds")}
+    return content["vm_token"], ids
+
+
+async def section_results(client: Client, options: argparse.Namespace) -> None:
+    print("result sizes (bytes of JSON a host reads back; target: same for both, <= 600)")
+    print(f"{'tool':<15} {'1 KB':>8} {'1 MB':>8}")
+    spawned, written = [], []
+    for size in (KB, MB):
+        vm, ids = await start(client, DIGEST, {"material": "m" * size})
+        session = await call(client, "spawn_session", vm_token=vm, statement=ids["digest"],
+                             prompt="Digest the material", context=["material"])
+        spawned.append(wire_bytes(session))
+        token = session.structured_content["session_token"]
+        written.append(wire_bytes(await call(client, "write_binding", token=token,
+                                              value="d" * size)))
+    print(f"{'spawn_session':<15} {spawned[0]:>8} {spawned[1]:>8}")
+    print(f"{'write_binding':<15} {written[0]:>8} {written[1]:>8}")
+
+
+async def section_tools(client: Client, options: argparse.Namespace) -> None:
+    listed = await client.list_tools()
+    sizes = sorted(((wire_bytes(tool), tool.name) for tool in listed.tools), reverse=True)
+    print(f"tools/list: {wire_bytes(listed)} bytes, {len(listed.tools)} tools "
+          "(target <= 10240)")
+    print("  largest: " + ", ".join(f"{name} {size}" for size, name in sizes[:5]))
+
+
+async def section_round_trip(client: Client, options: argparse.Namespace) -> None:
+    trips = options.trips
+    source = "".join(f'let part{i} = session "Write part {i}"\n' for i in range(trips))
+    vm, ids = await start(client, source)
+    value = "w" * KB
+    timings = []
+    for i in range(trips):
+        session = await call(client, "spawn_session", vm_token=vm, statement=ids[f"part{i}"],
+                             prompt=f"Write part {i}")
+        token = session.structured_content["session_token"]
+        began = time.perf_counter()
+        await call(client, "write_binding", token=token, value=value)
+        timings.append(time.perf_counter() - began)
+    ordered = sorted(timings)
+    p90 = ordered[int(len(ordered) * 0.9)]
+    print(f"write_binding 1 KB over stdio: median {statistics.median(ordered) * 1e3:.2f} ms, "
+          f"p90 {p90 * 1e3:.2f} ms over {trips} calls (target median <= 2 ms)")
+
+
+Section = Callable[[Client, argparse.Namespace], Awaitable[None]]
+SECTIONS: dict[str, Section] = {
+    "results": section_results,
+    "tools": section_tools,
+    "round-trip": section_round_trip,
+}
+
+
+async def main(options: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="prose-bench-mcp-") as tmp:
+        project = Path(tmp)
+        server = StdioServerParameters(command=PROSE,
+                                       args=["serve", "--project", str(project)],
+                                       env={"HOME": tmp})
+        async with Client(server, mode="legacy") as client:
+            for name in options.sections:
+                await SECTIONS[name](client, options)
+                print()
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated, from {', '.join(SECTIONS)}")
+    parser.add_argument("--trips", type=int, default=200,
+                        help="write_binding calls timed in round-trip")
+    options = parser.parse_args(argv)
+    options.sections = [name.strip() for name in options.sections.split(",") if name.strip()]
+    unknown = [name for name in options.sections if name not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; choose from "
+                     f"{', '.join(SECTIONS)}")
+    return options
+
+
+if __name__ == "__main__":
+    try:
+        anyio.run(main, parse())
+    except* BenchError as failed:
+        first: BaseException = failed
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        sys.exit(f"bench/mcp.py: {first}")
