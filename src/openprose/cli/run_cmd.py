@@ -18,6 +18,25 @@ from openprose.language import compile as compile_program
 
 BACKENDS = ["filesystem", "sqlite", "postgres"]
 PROVIDERS = ["anthropic", "scripted"]
+MAX_INPUT_FILE = 10 * 1024 * 1024  # --input NAME=@FILE reads at most this much
+
+
+def _read_input_file(name: str, path: str) -> str:
+    """The text of ``--input NAME=@PATH``: UTF-8, at most MAX_INPUT_FILE bytes."""
+    limit = f"{MAX_INPUT_FILE // (1024 * 1024)} MiB"
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_INPUT_FILE + 1)
+    except OSError as err:
+        raise click.UsageError(f"--input {name}: cannot read {path}: {err.strerror}") from err
+    if len(data) > MAX_INPUT_FILE:
+        raise click.UsageError(f"--input {name}: {path} is larger than the {limit} limit "
+                               "for an input file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise click.UsageError(f"--input {name}: {path} is not UTF-8 text (byte "
+                               f"{err.start})") from None
 
 
 def _parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -27,11 +46,7 @@ def _parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
         if not sep or not name.strip():
             raise click.UsageError(f"--input takes NAME=VALUE or NAME=@FILE, got {pair!r}")
         if value.startswith("@"):
-            try:
-                value = Path(value[1:]).read_text(encoding="utf-8")
-            except OSError as err:
-                raise click.UsageError(f"--input {name}: cannot read {value[1:]}: "
-                                       f"{err.strerror}") from err
+            value = _read_input_file(name.strip(), value[1:])
         inputs[name.strip()] = value
     return inputs
 

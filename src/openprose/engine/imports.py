@@ -5,6 +5,10 @@ Resolution (ruling 6): ``http(s)://`` URLs are fetched as given; ``handle/slug``
 is a local path relative to the importing file (or URL). Fetched programs are cached under
 ``.prose/cache/imports/`` by content hash, with an index from URL to hash, so a run can go on
 when the network cannot; imported programs' own ``use`` statements resolve the same way.
+
+A local import must be a regular ``.prose`` file (after following links) inside an allowed
+root — the project and the directory of the program being run — of at most
+:data:`~openprose.language.files.MAX_PROGRAM_BYTES`; an error about a file that is not a program never shows its text.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import httpx
 from openprose.engine.errors import ImportFailed
 from openprose.language import compile as compile_program
 from openprose.language import nodes as n
+from openprose.language.files import ProgramFileError, read_program_file
 
 REGISTRY = "https://p.prose.md"
 _SHORTHAND = re.compile(r"^@?([A-Za-z0-9_][A-Za-z0-9_.-]*)/([A-Za-z0-9_][A-Za-z0-9_.-]*)$")
@@ -71,20 +76,27 @@ class Imported:
 
 
 class ImportLoader:
-    """Loads imported programs (recursively) with an on-disk cache for fetched ones."""
+    """Loads imported programs (recursively) with an on-disk cache for fetched ones. Local
+    imports are read only inside ``roots`` and the directory of the program being loaded."""
 
-    def __init__(self, cache_dir: Path, client: httpx.Client | None = None) -> None:
+    def __init__(self, cache_dir: Path, client: httpx.Client | None = None,
+                 roots: list[Path] | None = None) -> None:
         self.cache_dir = cache_dir
         self.client = client
+        self.roots = [Path(root).resolve() for root in roots or []]
+        self._allowed = self.roots
 
     def load(self, program: n.Program, file: str | None, seen: tuple[str, ...] = ()
              ) -> dict[str, Imported]:
+        if not seen:  # the program being run: its directory is an allowed root
+            top = Path(file).resolve().parent if file and "://" not in file else Path.cwd()
+            self._allowed = [*self.roots, top]
         loaded: dict[str, Imported] = {}
         for use in program.uses:
             location = resolve(use.path.text, file)
             if location.where in seen:
                 raise ImportFailed(f"import cycle through {location.where}")
-            source = self.fetch(location)
+            source = self.fetch(location, use.path.text)
             result = compile_program(source, location.where)
             if not result.ok or result.program is None:
                 first = result.errors[0].format(source) if result.errors else "no program"
@@ -94,13 +106,9 @@ class ImportLoader:
                                           location.where, nested)
         return loaded
 
-    def fetch(self, location: Location) -> str:
+    def fetch(self, location: Location, spec: str | None = None) -> str:
         if not location.is_url:
-            try:
-                return Path(location.where).read_text(encoding="utf-8")
-            except OSError as err:
-                raise ImportFailed(f"cannot read imported program {location.where}: "
-                                   f"{err.strerror}") from err
+            return self._read_local(Path(location.where), spec or location.where)
         try:
             client = self.client or httpx.Client(follow_redirects=True, timeout=30)
             response = client.get(location.where)
@@ -112,6 +120,18 @@ class ImportLoader:
             raise ImportFailed(f"cannot fetch {location.where}: {err}") from err
         self._store(location.where, response.text)
         return response.text
+
+    def _read_local(self, path: Path, spec: str) -> str:
+        """A local program inside an allowed root (see :func:`read_program_file`)."""
+        if path.suffix != ".prose":
+            raise ImportFailed(f"use {spec!r}: a local import must be a .prose file")
+        if not any(path.is_relative_to(root) for root in self._allowed):
+            allowed = ", ".join(str(root) for root in self._allowed)
+            raise ImportFailed(f"use {spec!r}: {path} is outside the project ({allowed})")
+        try:
+            return read_program_file(path)
+        except ProgramFileError as err:
+            raise ImportFailed(f"use {spec!r}: {err}") from None
 
     def _index(self) -> dict[str, str]:
         try:

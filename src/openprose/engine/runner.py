@@ -81,7 +81,8 @@ class Outcome:
 
 
 def load_imports(program: n.Program, file: str, project_root: Path) -> dict[str, Imported]:
-    return ImportLoader(project_root / ".prose" / "cache" / "imports").load(program, file)
+    return ImportLoader(project_root / ".prose" / "cache" / "imports",
+                        roots=[project_root]).load(program, file)
 
 
 def dry_run(program: n.Program, imports: dict[str, Imported] | None = None) -> Plan:

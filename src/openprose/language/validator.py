@@ -16,6 +16,7 @@ from pathlib import Path
 
 from openprose.language import nodes as n
 from openprose.language.diagnostics import Diagnostic, Severity
+from openprose.language.files import ProgramFileError, read_program_file
 
 MODELS = frozenset({"sonnet", "opus", "haiku"})
 BACKOFFS = frozenset({"none", "linear", "exponential"})
@@ -46,8 +47,8 @@ def load_local_import(use: n.Use, importer: str | None) -> n.Program | None:
         return None
     base = Path(importer).parent if importer else Path.cwd()
     try:
-        source = (base / target).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        source = read_program_file(base / target)
+    except ProgramFileError:
         return None
     program, _ = parse(source, str(base / target))
     return program

@@ -31,14 +31,14 @@ def _reject_unsafe(value: str, what: str) -> None:
 def check_name(value: str, what: str = "name") -> str:
     """A binding or agent name: letters, digits, '_' and '-', starting with a letter or '_'."""
     _reject_unsafe(value, what)
-    if not NAME_RE.match(value):
+    if not NAME_RE.fullmatch(value):
         raise InvalidNameError(f"{what} {value!r} may only use letters, digits, '_' and '-'")
     return value
 
 
 def check_slug(value: str, what: str = "import handle") -> str:
     _reject_unsafe(value, what)
-    if not SLUG_RE.match(value) or ".." in value:
+    if not SLUG_RE.fullmatch(value) or ".." in value:
         raise InvalidNameError(f"{what} {value!r} may only use letters, digits, '.', '_', '-'")
     return value
 
@@ -48,7 +48,7 @@ def check_run_id(value: str) -> str:
     if not isinstance(value, str):
         raise InvalidNameError("run id must be a string")
     top, *rest = value.split("/imports/")
-    if not RUN_ID_RE.match(top):
+    if not RUN_ID_RE.fullmatch(top):
         raise InvalidNameError(f"run id {value!r} is not of the form YYYYMMDD-HHMMSS-xxxxxx")
     for part in rest:
         handle, sep, slug = part.partition("--")

@@ -8,10 +8,12 @@ crash, :meth:`repair` rewrites any binding file the journal knows better.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import itertools
 import json
 import os
+import shutil
 import threading
 import uuid
 from collections.abc import Callable
@@ -49,6 +51,8 @@ LOGS = ("journal.jsonl", "frames.jsonl", "capabilities.jsonl")
 DRIVER_LOCK = "driver.lock"  # flock'd by the run's driver; holds who that is, as JSON
 _TEMP_NUMBERS = itertools.count()  # temp files: .{name}.{pid}-{number}.tmp
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+# A run directory is built under .creating/ beside its final place, then renamed into place.
+CREATING = ".creating"
 
 
 def read_exact(path: Path) -> str:
@@ -215,10 +219,49 @@ class FilesystemBackend(Backend):
 
     # ------------------------------------------------------------------ runs
     def create_run(self, record: RunRecord) -> None:
-        directory = self.run_dir(record.id)
-        (directory / "bindings").mkdir(parents=True, exist_ok=True)
-        atomic_write(directory / "program.prose", record.program_source)
-        atomic_write(directory / "run.json", json.dumps(asdict(record), indent=2), durable=True)
+        def build(directory: Path) -> None:
+            (directory / "bindings").mkdir()
+            atomic_write(directory / "program.prose", record.program_source)
+            atomic_write(directory / "run.json", json.dumps(asdict(record), indent=2),
+                         durable=True)
+
+        self.build_run_dir(record.id, build, "run.json")
+
+    def build_run_dir(self, run_id: str, build: Callable[[Path], None], marker: str) -> None:
+        """Create the run's directory whole or not at all: ``build`` fills a directory under
+        ``.creating/`` that is then renamed into place (what a killed creation left there is
+        removed by the next one). When the directory exists already (the same run on another
+        backend), the new entries move in one by one, ``marker`` — the file that makes it a
+        run of this backend — last."""
+        final = self.run_dir(run_id)
+        staging = final.parent / CREATING
+        if staging.is_dir():
+            _sweep_abandoned(staging)
+        temp = staging / f"{final.name}.{os.getpid()}-{next(_TEMP_NUMBERS)}"
+        temp.mkdir(parents=True)
+        try:
+            build(temp)
+            fsync_dir(temp)
+            if not final.exists():
+                try:
+                    os.rename(temp, final)
+                except OSError:
+                    if not final.exists():
+                        raise
+                else:
+                    fsync_dir(final.parent)
+                    return
+            for entry in temp.iterdir():
+                if entry.name != marker and not (final / entry.name).exists():
+                    os.rename(entry, final / entry.name)
+            if (final / marker).exists():
+                raise StateError(f"run {run_id} already exists at {final}")
+            os.rename(temp / marker, final / marker)
+            fsync_dir(final)
+        finally:
+            shutil.rmtree(temp, ignore_errors=True)
+            with contextlib.suppress(OSError):  # only when no other creation is under way
+                staging.rmdir()
 
     def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
         """``flock`` on the run's ``driver.lock``: the kernel drops it when the process ends,
@@ -548,6 +591,24 @@ class FilesystemBackend(Backend):
             for log in self._logs.values():
                 log.close()
             self._logs.clear()
+
+
+def _sweep_abandoned(staging: Path) -> None:
+    """Remove run directories whose creating process is gone (named ``{id}.{pid}-{n}``)."""
+    for entry in staging.iterdir():
+        pid = entry.name.rpartition(".")[2].partition("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _fields(entry: JournalEntry) -> dict[str, Any]:

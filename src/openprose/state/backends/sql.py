@@ -138,16 +138,19 @@ class SqlBackend(Backend):
     def run_location(self, run_id: str) -> str:
         return self.files.run_location(run_id)
 
+    INSERT_RUN = ("INSERT INTO {p}run (id, program_path, program_source, started_at,"
+                  " updated_at, status, state_mode, metadata, vm_token_hash)"
+                  " VALUES (?,?,?,?,?,?,?,?,?)")
+
+    def _run_row(self, record: RunRecord) -> tuple[Any, ...]:
+        return (record.id, record.program_path, record.program_source, record.started,
+                record.updated, record.status, self.name, "{}", record.vm_token_hash)
+
     def create_run(self, record: RunRecord) -> None:
-        directory = self.files.run_dir(record.id)
-        directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(directory / "program.prose", record.program_source)
-        self.write(record.id,
-                   "INSERT INTO {p}run (id, program_path, program_source, started_at, updated_at,"
-                   " status, state_mode, metadata, vm_token_hash) VALUES (?,?,?,?,?,?,?,?,?)",
-                   (record.id, record.program_path, record.program_source, record.started,
-                    record.updated, record.status, self.name, "{}", record.vm_token_hash),
-                   durable=True)
+        if not (self.files.run_dir(record.id) / "program.prose").exists():
+            self.files.build_run_dir(record.id, lambda directory: atomic_write(
+                directory / "program.prose", record.program_source), "program.prose")
+        self.write(record.id, self.INSERT_RUN, self._run_row(record), durable=True)
 
     def _record(self, row: tuple[Any, ...]) -> RunRecord:
         return RunRecord(row[0], row[1], row[2], row[5], row[3], row[4], row[6], row[7])
@@ -405,6 +408,16 @@ def _execution_status(status: str) -> str:
             "failed": "failed", "cancelled": "skipped"}.get(status, "pending")
 
 
+def _prepare(conn: sqlite3.Connection) -> None:
+    """A SQLite database's settings and tables (idempotent)."""
+    # Pages freed by rewrites (state_md) are returned to the file at close.
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    conn.execute("PRAGMA journal_mode = WAL")
+    for ddl in tables("", "INTEGER PRIMARY KEY AUTOINCREMENT", "TEXT",
+                      "strftime('%Y-%m-%dT%H:%M:%SZ','now')"):
+        conn.execute(ddl)
+
+
 class SqliteBackend(SqlBackend):
     """``.prose/runs/{id}/state.db`` per run; project agents in ``.prose/agents.db``, user
     agents in ``~/.prose/agents.db``. WAL, a busy timeout, ``synchronous=FULL`` for durable
@@ -438,16 +451,31 @@ class SqliteBackend(SqlBackend):
             conn.execute("PRAGMA busy_timeout = 60000")
             with self._ready_lock:
                 if path not in self._ready:
-                    # Pages freed by rewrites (state_md) are returned to the file at close.
-                    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-                    conn.execute("PRAGMA journal_mode = WAL")
-                    for ddl in tables("", "INTEGER PRIMARY KEY AUTOINCREMENT", "TEXT",
-                                      "strftime('%Y-%m-%dT%H:%M:%SZ','now')"):
-                        conn.execute(ddl)
+                    _prepare(conn)
                     self._ready.add(path)
                 self._all.append((path, conn))
             cache[path] = conn
         return conn
+
+    def create_run(self, record: RunRecord) -> None:
+        """The run's directory with its database and run row, renamed into place whole (into
+        the directory of the same run on another backend, if there is one)."""
+        if self.files.run_dir(record.id).is_dir() and \
+                (self.files.run_dir(record.id) / "state.db").exists():
+            super().create_run(record)  # a database without a run row: the row goes in
+            return
+
+        def build(directory: Path) -> None:
+            atomic_write(directory / "program.prose", record.program_source)
+            conn = sqlite3.connect(directory / "state.db", isolation_level=None)
+            try:
+                _prepare(conn)
+                conn.execute("PRAGMA synchronous = FULL")
+                conn.execute(self.q(self.INSERT_RUN), self._run_row(record))
+            finally:
+                conn.close()
+
+        self.files.build_run_dir(record.id, build, "state.db")
 
     def _open(self, run_id: str | None, scope: str) -> sqlite3.Connection:
         path = self.db_path(run_id, scope)
