@@ -20,6 +20,7 @@ the server checks calls against: the outline, live sessions, statement statuses.
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,8 +34,12 @@ from openprose.state import (
     Binding,
     BindingRef,
     CapabilityError,
+    DriverHolder,
+    DriverLock,
     NotFoundError,
     Run,
+    RunLocked,
+    RunNotFound,
     SessionHandle,
     StateError,
     StatementStatus,
@@ -97,7 +102,7 @@ class DrivenRun:
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     sequence: Counter[tuple[str, int]] = field(default_factory=Counter)
     completed: dict[tuple[str, int], BindingRef] = field(default_factory=dict)
-    holder: Any = None  # the run-driver lock while this server drives the run
+    holder: DriverLock | None = None  # the run-driver lock while this server drives it
 
     @property
     def id(self) -> str:
@@ -250,6 +255,20 @@ def _statement_of(key: str) -> tuple[str, int]:
     return sid, int(eid)
 
 
+LOCK_RULE = "one driver per run: a run another live driver holds is not driven from here"
+
+
+def lock_refusal(err: RunLocked) -> Refusal:
+    return Refusal(LOCK_RULE, str(err))
+
+
+def held_here(err: RunLocked) -> bool:
+    """``err`` names this process: an engine this server runs holds the run."""
+    here = DriverHolder.this_process()
+    return err.holder is not None and (err.holder.pid, err.holder.host) == (os.getpid(),
+                                                                            here.host)
+
+
 class RunRegistry:
     """The runs this server drives, found by token; loaded from state when needed."""
 
@@ -270,6 +289,63 @@ class RunRegistry:
     def add(self, driven: DrivenRun) -> None:
         self.runs[driven.id] = driven
 
+    def claim(self, run_id: str, take_over: bool = False) -> DrivenRun:
+        """``run_id`` to be driven from here with VM tokens (resume_run). The run-driver lock
+        is taken before the run is opened here, and kept while the run is a running host run
+        (or an engine-started one taken over); runs an engine drives (guided, delegated) are
+        left to their engine, which takes the lock itself."""
+        driven = self.runs.get(run_id)
+        if driven is not None:
+            if self._drivable(driven, take_over):
+                self.hold(driven)
+            return driven
+        lock: DriverLock | None = None
+        for store in self._stores():
+            try:
+                lock = store.driver_lock(run_id)
+                break
+            except RunNotFound:
+                continue
+            except RunLocked as err:
+                if held_here(err):  # this server's own engine drives it
+                    break
+                raise lock_refusal(err) from None
+            except StateError as err:
+                raise Refusal("a run is named by its id", str(err)) from None
+        try:
+            driven = self.get(run_id)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        if self._drivable(driven, take_over):
+            driven.holder = lock
+            self.hold(driven)
+        elif lock is not None:
+            lock.release()
+        return driven
+
+    @staticmethod
+    def _drivable(driven: DrivenRun, take_over: bool) -> bool:
+        return driven.run.status == "running" and (
+            driven.mode == HOST or (driven.mode == ENGINE and take_over))
+
+    def hold(self, driven: DrivenRun) -> None:
+        """This server drives ``driven`` with VM tokens: hold its run-driver lock (refused,
+        naming the holder, while another driver has it)."""
+        if driven.holder is not None and driven.holder.held:
+            return
+        try:
+            driven.holder = driven.run.store.driver_lock(driven.id)
+        except RunLocked as err:
+            raise lock_refusal(err) from None
+
+    @staticmethod
+    def release(driven: DrivenRun) -> None:
+        if driven.holder is not None:
+            driven.holder.release()
+            driven.holder = None
+
     def by_vm_token(self, token: str) -> DrivenRun:
         """The run ``token`` drives (refused unless it is that run's current VM token)."""
         rule = "the VM token drives its run; session tokens only write their own binding"
@@ -285,6 +361,8 @@ class RunRegistry:
             raise Refusal("resume_run replaces a run's VM token; the old one stops working",
                           f"this VM token no longer drives run {run_id} (call resume_run for "
                           "a fresh one)")
+        if driven.mode == HOST and driven.run.status == "running":
+            self.hold(driven)
         return driven
 
     def by_session_token(self, token: str) -> tuple[DrivenRun, SessionHandle]:
@@ -330,7 +408,5 @@ class RunRegistry:
 
     def close(self) -> None:
         for driven in self.runs.values():
-            release = getattr(driven.holder, "release", None)
-            if release is not None:
-                release()
+            self.release(driven)
         self.runs.clear()

@@ -70,6 +70,7 @@ def create_server(project_root: str | Path, *, home: str | Path | None = None,
             connections -= 1
             if not connections:  # the last connection went: runs are interrupted, resumable
                 await engine.aclose()
+                ctx.registry.close()  # host-driven runs' driver locks are released
 
     mcp = MCPServer(name, instructions=INSTRUCTIONS, lifespan=lifespan,
                     subscriptions=updates.bus)

@@ -38,7 +38,7 @@ from openprose.mcp_server.runs import (
     digest,
     new_vm_token,
 )
-from openprose.state import BackendUnavailable, BindingRef, StateError
+from openprose.state import BackendUnavailable, BindingRef, StateError, new_run_id
 
 Backend = Literal["filesystem", "sqlite", "postgres"]
 
@@ -136,12 +136,18 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             declared = ", ".join(outline.inputs) or "none"
             raise Refusal("inputs are the names the program declares with 'input'",
                           f"unknown input(s) {', '.join(unknown)} (declared: {declared})")
+        lock = None
         try:
             store = ctx.catalog.store(backend)
-            run = store.create_run(source, path)
+            run_id = new_run_id()
+            if mode == HOST:  # an engine mode's engine takes the lock itself
+                lock = store.driver_lock(run_id, new=True)
+            run = store.create_run(source, path, run_id=run_id)
         except (BackendUnavailable, StateError) as exc:
+            if lock is not None:
+                lock.release()
             raise ToolError(f"start_run: the {backend} state backend: {exc}") from None
-        driven = DrivenRun(run, outline, file, mode, None)
+        driven = DrivenRun(run, outline, file, mode, None, holder=lock)
         token = record_driver(driven, mode)
         for decl in compiled.program.inputs:
             if decl.name in given:
@@ -190,20 +196,27 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         restarted: returns a fresh VM token (the old one stops working), the run's status and
         its outline. take_over=true hands a run the engine started over to you. inputs: values
         for declared inputs the run is still missing."""
-        driven = ctx.registry.get(run_id)
-        engine_driven = driven.mode in ctx.modes
-        if not (engine_driven and driven.run.status in ("interrupted", "failed")):
-            driven.live()
-        if driven.mode == ENGINE and not take_over:
-            raise Refusal("a run the engine started is not driven by a host VM token without "
-                          "an explicit hand-over",
-                          f"run {run_id} was started by the engine; pass take_over=true")
-        given = dict(inputs or {})
-        unknown = sorted(set(given) - set(driven.outline.inputs))
-        if unknown:
-            declared = ", ".join(driven.outline.inputs) or "none"
-            raise Refusal("inputs are the names the program declares with 'input'",
-                          f"unknown input(s) {', '.join(unknown)} (declared: {declared})")
+        known = ctx.registry.runs.get(run_id)
+        held = known is not None and known.holder is not None and known.holder.held
+        driven = ctx.registry.claim(run_id, take_over)
+        try:
+            engine_driven = driven.mode in ctx.modes
+            if not (engine_driven and driven.run.status in ("interrupted", "failed")):
+                driven.live()
+            if driven.mode == ENGINE and not take_over:
+                raise Refusal("a run the engine started is not driven by a host VM token "
+                              "without an explicit hand-over",
+                              f"run {run_id} was started by the engine; pass take_over=true")
+            given = dict(inputs or {})
+            unknown = sorted(set(given) - set(driven.outline.inputs))
+            if unknown:
+                declared = ", ".join(driven.outline.inputs) or "none"
+                raise Refusal("inputs are the names the program declares with 'input'",
+                              f"unknown input(s) {', '.join(unknown)} (declared: {declared})")
+        except Refusal:
+            if not held:  # a refused call leaves no lock behind
+                ctx.registry.release(driven)
+            raise
         for name, value in given.items():
             statement = next(s for s in driven.outline.statements.values()
                              if s.kind == "input" and s.binds == name)
@@ -257,6 +270,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         abandon(driven)
         driven.render()
         run.finish(status, error or None)
+        ctx.registry.release(driven)
         await ctx.changed(run.id)
         result = CompleteResult(run_id=run.id, status=status, outputs=outputs)
         text = f"run {run.id} {status}" + "".join(f"\noutput {o.name}: {o.location}"
