@@ -5,6 +5,8 @@ from __future__ import annotations
 import queue
 import subprocess
 import sys
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -139,3 +141,24 @@ async def test_a_subscriber_hears_of_an_outside_write_and_the_state_lists_it(
     assert state.startswith("forged\n")
     assert f"- run {run.id}: state.md: not a rendering of this run by the server" in state
     store.close()
+
+
+def test_stop_waits_for_a_check_in_flight_and_nothing_is_reported_after(live_run) -> None:
+    """A server shutting down while a check runs: stop() returns once the check has ended
+    (its store closed), and what it found is not reported to a server that is gone."""
+    run, watcher, reports = live_run
+    started, release = threading.Event(), threading.Event()
+
+    def slow_check(run_id: str, changed: list[str]) -> list[OutsideWrite]:
+        started.set()
+        release.wait(10)
+        return [OutsideWrite(run_id, changed[0], "found late", "left as found")]
+
+    watcher.check_bindings = slow_check
+    _second_writer(Path(run.location) / "bindings" / "draft.md", "changed")
+    assert started.wait(10)
+    threading.Timer(0.3, release.set).start()
+    watcher.stop()
+    assert release.is_set()
+    time.sleep(0.2)
+    assert reports.empty() and watcher.reports(run.id) == []

@@ -33,6 +33,7 @@ from openprose.state import Binding, BindingRef, StateError, open_store
 logger = logging.getLogger(__name__)
 SETTLE_S = 0.2  # a write is checked once its path has been quiet this long
 STATE_HEADER = "# Execution State"
+STOP_WAIT_S = 30.0  # stop() waits at most this long for a check under way
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,9 @@ class RunWatcher(FileSystemEventHandler):
         self._timers: dict[str, threading.Timer] = {}
         self._pending: dict[str, set[str]] = {}
         self._lock = threading.Lock()
+        self._checks_done = threading.Condition(self._lock)
+        self._checking = 0
+        self._stopped = False
         self._observer = Observer()
 
     # ------------------------------------------------------------------ lifecycle
@@ -96,13 +100,17 @@ class RunWatcher(FileSystemEventHandler):
         self._observer.start()
 
     def stop(self) -> None:
+        """Stop watching; returns once a check already under way has ended. Nothing is
+        reported after this (the server it would tell is going away)."""
         self._observer.stop()
         self._observer.join()
         with self._lock:
+            self._stopped = True
             for timer in self._timers.values():
                 timer.cancel()
             self._timers.clear()
             self._pending.clear()
+            self._checks_done.wait_for(lambda: self._checking == 0, timeout=STOP_WAIT_S)
 
     def reports(self, run_id: str) -> list[OutsideWrite]:
         with self._lock:
@@ -142,8 +150,19 @@ class RunWatcher(FileSystemEventHandler):
 
     def _settled(self, run_id: str) -> None:
         with self._lock:
+            if self._stopped:
+                return
             self._timers.pop(run_id, None)
             changed = sorted(self._pending.pop(run_id, ()))
+            self._checking += 1
+        try:
+            self._check(run_id, changed)
+        finally:
+            with self._lock:
+                self._checking -= 1
+                self._checks_done.notify_all()
+
+    def _check(self, run_id: str, changed: list[str]) -> None:
         run_dir = self.runs / run_id
         if not (run_dir / "run.json").is_file():  # not a filesystem run
             return
@@ -195,6 +214,8 @@ class RunWatcher(FileSystemEventHandler):
 
     def _report(self, report: OutsideWrite) -> None:
         with self._lock:
+            if self._stopped:
+                return
             self._reports.setdefault(report.run_id, []).append(report)
         logger.warning("outside write: %s", report.line())
         self.on_report(report)
