@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
@@ -82,10 +83,11 @@ class Served:
 def _serve_http(project: Path, env: dict[str, str]) -> Served:
     process = subprocess.Popen([PROSE, "serve", "--project", str(project), "--http", "0"],
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env=env)
+                               stderr=subprocess.PIPE, env=env,
+                               bufsize=0)  # unbuffered: select() sees every unread line
     assert process.stderr is not None
     lines: list[str] = []
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a loaded CI box
     while time.monotonic() < deadline:
         ready, _, _ = select.select([process.stderr], [], [], 0.2)
         if ready:
@@ -153,6 +155,17 @@ async def test_http_serves_clients_presenting_the_printed_token(served: Served, 
     leaked = [p for p in project.rglob("*") if p.is_file() and token in p.read_text("utf-8",
                                                                                     "replace")]
     assert leaked == []
+
+
+async def test_http_stops_cleanly_while_a_client_holds_a_session(served: Served) -> None:
+    token = _printed_token(served)
+    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"},
+                                  timeout=30) as http, \
+            Client(streamable_http_client(served.url, http_client=http), mode="legacy") as client:
+        assert (await client.list_tools()).tools  # the session's event stream is open
+        status, stderr = await anyio.to_thread.run_sync(served.stop)
+    assert status == 128 + signal.SIGTERM
+    assert "Traceback" not in stderr and "Terminating session" not in stderr
 
 
 async def test_http_token_from_project_settings_is_required_and_not_printed(

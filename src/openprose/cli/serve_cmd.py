@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -76,4 +77,6 @@ def _server(root: Path) -> MCPServer:
     """The server for ``root``; the SDK is loaded only now, once the options proved good."""
     from openprose.mcp_server.server import create_server
 
-    return create_server(root)
+    server = create_server(root)
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's per-session chatter
+    return server

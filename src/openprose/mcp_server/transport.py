@@ -120,11 +120,11 @@ def _uvicorn_server(app: ASGIApp, sock: socket.socket) -> Any:
                                  access_log=False, lifespan="on", timeout_graceful_shutdown=2))
 
 
-async def _first_signal(received: list[int], stop: Callable[[], None]) -> None:
+async def _first_signal(received: list[int], stop: Callable[[], Awaitable[None]]) -> None:
     with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async for signum in signals:
             received.append(signum)
-            stop()
+            await stop()
             return
 
 
@@ -150,7 +150,10 @@ async def serve_stdio(mcp: MCPServer) -> int | None:
     threading.Thread(target=_read_lines, args=(stdin, send, anyio.lowlevel.current_token()),
                      name="prose-serve-stdin", daemon=True).start()
     async with anyio.create_task_group() as group, stdio_server(stdin=lines) as streams:
-        group.start_soon(_first_signal, received, group.cancel_scope.cancel)
+        async def stop() -> None:
+            group.cancel_scope.cancel()
+
+        group.start_soon(_first_signal, received, stop)
         server = mcp._lowlevel_server
         await server.run(*streams, server.create_initialization_options())
         group.cancel_scope.cancel()
@@ -164,7 +167,13 @@ async def serve_http(mcp: MCPServer, sock: socket.socket, token: str) -> int | N
     server = _uvicorn_server(app, sock)
     received: list[int] = []
 
-    def stop() -> None:
+    async def stop() -> None:
+        """End every client's session first: an open event stream would otherwise hold the
+        shutdown until uvicorn cancels it with a traceback."""
+        sessions = mcp.session_manager._server_instances  # SDK 2.3: the live sessions
+        for transport in list(sessions.values()):
+            with contextlib.suppress(Exception):
+                await transport.terminate()
         server.should_exit = True
 
     async with anyio.create_task_group() as group:
