@@ -26,7 +26,6 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field, create_model
 
 from openprose.engine import EngineError, Provider, ProviderUnavailable, ScriptedProvider
-from openprose.engine.anthropic_provider import AnthropicProvider
 from openprose.engine.events import Event
 from openprose.language import compile as compile_source
 from openprose.language import nodes as n
@@ -263,6 +262,8 @@ def build_provider(name: str, script: str | None, root: Path, client: Context | 
                 "provider 'anthropic', or start_run(mode=\"guided\") and answer the sessions "
                 "yourself")
         return SamplingProvider(client.session)
+    from openprose.engine.anthropic_provider import AnthropicProvider  # its SDK loads slowly
+
     try:
         return AnthropicProvider(env=settings(root))
     except ProviderUnavailable:
