@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 
 from openprose.engine import runner
@@ -44,7 +44,7 @@ class Refused(AssertionError):
 class Bridge:
     """An MCP client on a thread of its own; ``call`` blocks, ``acall`` awaits."""
 
-    def __init__(self, server: MCPServer, era: dict[str, Any]) -> None:
+    def __init__(self, server: MCPServer | StdioServerParameters, era: dict[str, Any]) -> None:
         self.server, self.era = server, era
         self.loop = asyncio.new_event_loop()
         self.ready: Future[None] = Future()
@@ -272,10 +272,11 @@ async def _no_sleep(seconds: float) -> None:
     return None
 
 
-def walk(server: MCPServer, era: dict[str, Any], source: str, file: str,
-         inputs: dict[str, str], script: dict[str, Any]) -> tuple[str, str, list[str]]:
-    """Step the program ``file`` (in the server's project) through the tools; (run id,
-    status, tools called)."""
+def walk(server: MCPServer | StdioServerParameters, era: dict[str, Any], source: str,
+         file: str, inputs: dict[str, str], script: dict[str, Any]
+         ) -> tuple[str, str, list[str]]:
+    """Step the program ``file`` (in the server's project) through the tools of ``server``, in
+    process or a ``prose serve`` over stdio; (run id, status, tools called)."""
     program = compile_or_raise(source, file)
     with Bridge(server, era) as bridge:
         started = bridge.call("start_run", program=file, inputs=inputs)
