@@ -20,6 +20,7 @@ add one to ``SECTIONS``.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -81,6 +82,10 @@ async def section_results(client: Client, options: argparse.Namespace) -> None:
                                               value="d" * size)))
     print(f"{'spawn_session':<15} {spawned[0]:>8} {spawned[1]:>8}")
     print(f"{'write_binding':<15} {written[0]:>8} {written[1]:>8}")
+    digits = 2 * (len(str(MB)) - len(str(KB)))  # the byte count, in text and structured content
+    if written[1] - written[0] == digits:
+        print(f"  (write_binding differs only by the byte count's {digits // 2} extra digits, "
+              "in text and structured content)")
 
 
 async def section_tools(client: Client, options: argparse.Namespace) -> None:
@@ -89,6 +94,13 @@ async def section_tools(client: Client, options: argparse.Namespace) -> None:
     print(f"tools/list: {wire_bytes(listed)} bytes, {len(listed.tools)} tools "
           "(target <= 10240)")
     print("  largest: " + ", ".join(f"{name} {size}" for size, name in sizes[:5]))
+    parts = {"descriptions": sum(len((tool.description or "").encode()) for tool in listed.tools),
+             "input schemas": sum(len(json.dumps(tool.input_schema, separators=(",", ":")))
+                                  for tool in listed.tools),
+             "output schemas": sum(len(json.dumps(tool.output_schema or {},
+                                                  separators=(",", ":")))
+                                   for tool in listed.tools)}
+    print("  of which " + ", ".join(f"{name} {size}" for name, size in parts.items()))
 
 
 async def section_round_trip(client: Client, options: argparse.Namespace) -> None:

@@ -79,12 +79,13 @@ def block_infos(outline: Outline) -> list[BlockInfo]:
 
 
 class SpawnResult(BaseModel):
+    """The grant; the subagent's brief is the text content (sent once, not twice)."""
+
     session_token: str
     statement: str
     binding: str
     execution_id: int | None
     location: str
-    brief: str
 
 
 class WriteResult(BaseModel):

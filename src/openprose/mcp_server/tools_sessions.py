@@ -64,9 +64,8 @@ def brief(driven: DrivenRun, statement: Statement, pending: Pending, token: str,
     if ref.execution_id:
         frame = driven.run.frame(ref.execution_id)
         scope = f" in execution {ref.execution_id} of block '{frame.block}' (depth {frame.depth})"
-    lines = [f"You are one session of OpenProse run {driven.id}: statement {statement.id} "
-             f"(line {statement.line}), which produces the binding '{ref.name}'{scope}.",
-             f"Your session token: {token}"]
+    lines = [f"OpenProse session for statement {statement.id} (line {statement.line}): it "
+             f"produces '{ref.name}'{scope}.", f"Token: {token}"]
     if agent is not None:
         model = session_model(statement, agent)
         lines.append(f"Act as the agent '{agent.name}'" + (f" (model {model})" if model else "")
@@ -74,15 +73,13 @@ def brief(driven: DrivenRun, statement: Statement, pending: Pending, token: str,
                         and agent.prompt != prompt else "."))
     lines += ["", "Task:", prompt, ""]
     if context:
-        lines.append("Context: read each of these bindings with read_binding(token, name) "
-                     "before you start: " + ", ".join(context) + ".")
+        lines.append("Read first, with read_binding(token, name): " + ", ".join(context) + ".")
     if memory is not None:
-        lines.append(f"You keep memory as the persistent agent '{memory.name}': call "
-                     "read_memory(token) first; before you finish, call write_memory(token, "
-                     "memory) with your updated memory, compacted to what later sessions need.")
-    lines.append("When done, call write_binding(token, value=<your complete output>, "
-                 "summary=<one line>). The output goes there, not into your reply; reply "
-                 "with the confirmation only.")
+        lines.append(f"You are the persistent agent '{memory.name}': read_memory(token) first; "
+                     "before you finish, write_memory(token, memory) with your updated memory, "
+                     "compacted to what later sessions need.")
+    lines.append("Finish: write_binding(token, value=<your complete output>, "
+                 "summary=<one line>); then reply with its confirmation only.")
     return "\n".join(lines)
 
 
@@ -158,8 +155,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         text = brief(driven, st, pending, granted.token, prompt, [r.name for r in refs],
                      definition, memory)
         result = SpawnResult(session_token=granted.token, statement=st.id, binding=ref.name,
-                             execution_id=ref.execution_id, location=granted.binding_location,
-                             brief=text)
+                             execution_id=ref.execution_id, location=granted.binding_location)
         return reply(result, text)
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
