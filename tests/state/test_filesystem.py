@@ -14,6 +14,7 @@ from openprose.state import (
     BackendUnavailable,
     BindingRef,
     CapabilityError,
+    StateDiskFull,
     StatementStatus,
     StateSnapshot,
     open_store,
@@ -432,7 +433,7 @@ def test_atomic_write_that_fails_keeps_the_old_file_and_no_temp(tmp_path, monkey
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(filesystem.os, "write", full_disk)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(StateDiskFull, match="no space left"):
         filesystem.atomic_write(target, "new")
     monkeypatch.undo()
     assert target.read_text() == "old"

@@ -187,6 +187,8 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
         outcome.error, outcome.usage_error = str(err), True
     except EngineError as err:
         outcome.error = f"{type(err).__name__}: {err}"
+    except state.StateError as err:  # a full disk, state damaged under the run
+        return _stopped_by_state(journal, store, outcome, err)
     except (asyncio.CancelledError, KeyboardInterrupt):
         await journal.settle()
         journal.finish("interrupted", "interrupted")
@@ -200,6 +202,19 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
     outcome.tokens = totals.usage.input_tokens + totals.usage.output_tokens
     outcome.cost_usd = totals.usage.cost_usd
     journal.finish(outcome.status, outcome.error)
+    store.close()
+    return outcome
+
+
+def _stopped_by_state(journal: StateJournal, store: state.StateStore, outcome: Outcome,
+                      err: state.StateError) -> Outcome:
+    """The state could not be written (or read): the run stops, interrupted with the reason,
+    as far as the state still takes it. What was committed before stays."""
+    outcome.status, outcome.error = "interrupted", str(err)
+    try:
+        journal.finish("interrupted", str(err))
+    except state.StateError as also:
+        outcome.error += f" (and its status could not be recorded: {also})"
     store.close()
     return outcome
 

@@ -28,7 +28,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from openprose.mcp_server.updates import RunUpdates
-from openprose.state import Binding, BindingRef, StateError, open_store
+from openprose.state import Binding, BindingRef, DamagedState, StateError, open_store
 
 logger = logging.getLogger(__name__)
 SETTLE_S = 0.2  # a write is checked once its path has been quiet this long
@@ -194,7 +194,14 @@ class RunWatcher(FileSystemEventHandler):
         store = open_store(self.project_root, "filesystem", home=self.home)
         reports = []
         try:
-            run = store.open_run(run_id)
+            try:
+                run = store.open_run(run_id)
+            except DamagedState as damage:  # a file repair cannot restore: named in it
+                return [OutsideWrite(run_id, inner, f"malformed binding file ({damage})",
+                                     "left as found: the journal has no value to restore it "
+                                     "from") if inner in str(damage) else
+                        OutsideWrite(run_id, inner, f"could not be checked ({damage})",
+                                     "left as found") for inner in changed]
             for inner in changed:
                 ref = _binding_ref(inner.removeprefix("bindings/"))
                 after = _read(run_dir / inner)

@@ -42,3 +42,14 @@ class RecursionLimitExceeded(StateError):
 
 class BackendUnavailable(StateError):
     """The chosen backend cannot be used (missing URL, server down, ...)."""
+
+
+class DamagedState(StateError):
+    """Stored state that cannot be read as this program writes it (edited by hand, a
+    directory where a file belongs, not UTF-8, a database that is not one). The message
+    names the file — and the line or row — and what is wrong there."""
+
+
+class StateDiskFull(StateError):
+    """A write failed because the disk (or the database) is full. Nothing written before
+    it is lost; the run can go on once space is freed."""

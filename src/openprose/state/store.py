@@ -10,6 +10,7 @@ Who may write what is enforced here, once, above the backends:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import threading
@@ -23,6 +24,7 @@ from openprose.state.backends.base import Backend, CommitStep, RunRecord
 from openprose.state.driver import DriverHolder, DriverLock
 from openprose.state.errors import (
     CapabilityError,
+    DamagedState,
     InvalidNameError,
     NotFoundError,
     RecursionLimitExceeded,
@@ -125,7 +127,10 @@ class StateStore:
         about to be created under this id (lock first, so nobody drives it in between)."""
         check_run_id(run_id)
         if not new:
-            self.backend.load_run(run_id)  # RunNotFound before anything is created
+            # RunNotFound before anything is created; a damaged record is a run that
+            # exists (open_run rebuilds the record or says what is wrong)
+            with contextlib.suppress(DamagedState):
+                self.backend.load_run(run_id)
         holder = DriverHolder.this_process()
         return DriverLock(run_id, holder, self.backend.lock_driver(run_id, holder))
 
@@ -137,7 +142,13 @@ class StateStore:
         """
         check_run_id(run_id)
         cached = self._runs.get(run_id)
-        record = cached.record if cached is not None else self.backend.load_run(run_id)
+        if cached is not None:
+            record = cached.record
+        else:
+            try:
+                record = self.backend.load_run(run_id)
+            except DamagedState as damage:
+                record = self.backend.rebuild_run(run_id, damage)
         if vm_token is not None and _hash(vm_token) != record.vm_token_hash:
             raise CapabilityError("only the VM capability may drive a run",
                                   f"token does not hold the VM capability for run {run_id}")
@@ -559,6 +570,7 @@ class Run:
             contained_path(agent.path or "", [self.store.project_root,
                                               self.store.home / ".prose"],
                            self.store.project_root, home=self.store.home)
+        self.backend.memory_location(self.id, agent)  # refuses a place outside the roots
 
     def agents(self) -> list[AgentRef]:
         """The persistent agents this run's sessions were granted, for state.md's index."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from openprose.state.driver import DriverHolder
+from openprose.state.errors import StateError
 from openprose.state.models import (
     AgentRef,
     Binding,
@@ -18,7 +19,6 @@ from openprose.state.models import (
     ImportRecord,
     JournalEntry,
     StateSnapshot,
-    Usage,
 )
 
 LARGE_VALUE = 100 * 1024  # SQL backends move larger values to attachments/
@@ -80,6 +80,10 @@ class Backend(ABC):
     def list_imports(self, run_id: str) -> list[ImportRecord]: ...
     def repair(self, run_id: str) -> None:  # noqa: B027 - optional hook
         """Bring derived data back in line with the durable journal after a crash."""
+    def rebuild_run(self, run_id: str, damage: StateError) -> RunRecord:
+        """A run record that cannot be read, rebuilt from what else is stored; raises
+        ``damage`` when it cannot be."""
+        raise damage
 
     # bindings
     @abstractmethod
@@ -170,12 +174,11 @@ def entry_to_json(entry: JournalEntry) -> str:
     return json.dumps(data, separators=(",", ":"), default=str)
 
 
-def entry_from_json(text: str) -> JournalEntry:
-    data = json.loads(text)
-    binding = data.pop("binding", None)
-    usage = Usage(**data.pop("usage", {}))
-    return JournalEntry(binding=None if binding is None else BindingRef(*binding), usage=usage,
-                        **data)
+def entry_from_json(text: str | bytes, where: str) -> JournalEntry:
+    """A journal record read back (``where``: the file and line, or the row, for errors)."""
+    from openprose.state.records import entry_from_data, parse_json
+
+    return entry_from_data(parse_json(text, where, "journal record"), where)
 
 
 def grant_to_json(grant: dict[str, Any]) -> str:

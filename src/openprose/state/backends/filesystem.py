@@ -9,14 +9,16 @@ crash, :meth:`repair` rewrites any binding file the journal knows better.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import itertools
 import json
 import os
 import shutil
+import stat
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,13 +27,18 @@ from openprose.state.backends.base import (
     Backend,
     CommitStep,
     RunRecord,
-    entry_from_json,
     entry_to_json,
     grant_to_json,
     segment_name,
 )
 from openprose.state.driver import DriverHolder, RunLocked
-from openprose.state.errors import RunNotFound, StateError
+from openprose.state.errors import (
+    DamagedState,
+    PathEscapeError,
+    RunNotFound,
+    StateDiskFull,
+    StateError,
+)
 from openprose.state.models import (
     AgentRef,
     Binding,
@@ -42,6 +49,13 @@ from openprose.state.models import (
     StateSnapshot,
 )
 from openprose.state.names import check_name, contained_path
+from openprose.state.records import (
+    entry_from_data,
+    frame_from_data,
+    grant_from_data,
+    parse_json,
+    run_from_data,
+)
 
 SEPARATOR = "\n```\n\n---\n\n"
 # A journal line noting that a binding file was rewritten outside a session's result (by the
@@ -50,35 +64,79 @@ WRITE_NOTE = '{"kind":"write",'
 LOGS = ("journal.jsonl", "frames.jsonl", "capabilities.jsonl")
 DRIVER_LOCK = "driver.lock"  # flock'd by the run's driver; holds who that is, as JSON
 _TEMP_NUMBERS = itertools.count()  # temp files: .{name}.{pid}-{number}.tmp
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
 # A run directory is built under .creating/ beside its final place, then renamed into place.
 CREATING = ".creating"
 
 
 def read_exact(path: Path) -> str:
-    """A file's text exactly as written (no newline translation: values keep their \\r)."""
-    with open(path, encoding="utf-8", newline="") as handle:
+    """A file's text exactly as written (no newline translation: values keep their \\r).
+    Never read through a link (that is a :class:`PathEscapeError`); a directory or bytes
+    that are not UTF-8 are a :class:`DamagedState` naming the file and line."""
+    data = read_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DamagedState(f"{path}:{line}: not UTF-8 text") from None
+
+
+def read_bytes(path: Path) -> bytes:
+    """A regular file's bytes, opened without following a link at its last component."""
+    fd = open_nofollow(path, os.O_RDONLY)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DamagedState(f"{path} is not a regular file (a directory or device where "
+                           "state keeps a file)")
+    with open(fd, "rb") as handle:
         return handle.read()
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a symbolic link at ``path`` itself."""
+    try:
+        return os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise PathEscapeError(f"{path} is a symbolic link; state is never read or "
+                                  "written through a link") from None
+        if err.errno == errno.EISDIR:
+            raise DamagedState(f"{path} is a directory where state keeps a file") from None
+        raise
 
 
 def atomic_write(path: Path, text: str, *, durable: bool = False) -> None:
     """Write ``text`` to ``path`` via a temp file and rename; fsync file and directory if
     ``durable``. Readers never see a half-written file."""
-    temp, fd = _create_temp(path)
-    try:
-        data = memoryview(text.encode("utf-8"))
-        while data:
-            data = data[os.write(fd, data):]
-        if durable:
-            os.fsync(fd)
-    except BaseException:
+    with disk_errors(path):
+        temp, fd = _create_temp(path)
+        try:
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data):]
+            if durable:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(temp)
+            raise
         os.close(fd)
-        os.unlink(temp)
+        os.replace(temp, path)
+        if durable:
+            fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def disk_errors(path: Path) -> Iterator[None]:
+    """A write that fails for want of space is :class:`StateDiskFull`, naming the file."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StateDiskFull(f"cannot write {path}: no space left on the device") from None
         raise
-    os.close(fd)
-    os.replace(temp, path)
-    if durable:
-        fsync_dir(path.parent)
 
 
 def _create_temp(path: Path) -> tuple[str, int]:
@@ -110,32 +168,40 @@ class AppendLog:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         created = not path.exists()
-        self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
-        if created:
-            fsync_dir(path.parent)
+        self.path = path
+        with disk_errors(path):
+            self._fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            if created:
+                fsync_dir(path.parent)
         self._write_lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._written = 0
         self._synced = 0
+        self._torn = False  # a failed write may have left part of a line
 
     def append(self, line: str, *, durable: bool) -> None:
-        with self._write_lock:
-            self._handle.write(line + "\n")
-            self._handle.flush()
+        with self._write_lock, disk_errors(self.path):
+            data = memoryview((("\n" if self._torn else "") + line + "\n").encode("utf-8"))
+            self._torn = True
+            while data:
+                data = data[os.write(self._fd, data):]
+            self._torn = False
             self._written += 1
             mine = self._written
         if not durable:
             return
-        with self._sync_lock:
+        with self._sync_lock, disk_errors(self.path):
             if self._synced >= mine:
                 return
             covered = self._written
-            os.fsync(self._handle.fileno())
+            os.fsync(self._fd)
             self._synced = covered
 
     def close(self) -> None:
         with self._write_lock:
-            self._handle.close()
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
 
 def format_binding(binding: Binding) -> str:
@@ -145,8 +211,11 @@ def format_binding(binding: Binding) -> str:
 
 
 def parse_binding(text: str, location: str) -> Binding:
-    head, _, value = text.partition(SEPARATOR)
+    head, separator, value = text.partition(SEPARATOR)
     lines = head.split("\n")
+    if not separator or not lines[0].startswith("# "):
+        raise DamagedState(f"{location}: not a binding file (no '# name' heading and value "
+                           "separator)")
     name = lines[0].removeprefix("# ").strip()
     kind, execution_id, source_at = "let", None, len(lines)
     for i, line in enumerate(lines[1:], start=1):
@@ -173,13 +242,35 @@ class FilesystemBackend(Backend):
         self._logs: dict[str, AppendLog] = {}
         self._segment_next: dict[Path, int] = {}
         self._binding_dirs: dict[str, str] = {}
-        self._capability_offsets: dict[str, int] = {}
+        self._capability_offsets: dict[str, tuple[int, int]] = {}
         self._capability_lock = threading.Lock()
         self._capabilities: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._contained_dirs: set[Path] = set()
 
     # ------------------------------------------------------------------ paths
     def run_dir(self, run_id: str) -> Path:
         return self.runs / run_id
+
+    def contained(self, directory: Path) -> Path:
+        """``directory``, once it is known that following its links keeps it inside the
+        project's or the user's ``.prose`` (a cloned repository can carry links that lead
+        elsewhere: nothing is read or written through them)."""
+        if directory in self._contained_dirs:
+            return directory
+        resolved = directory.resolve()
+        roots = (self.prose.resolve(), (self.home / ".prose").resolve())
+        if not any(resolved.is_relative_to(root) for root in roots):
+            raise PathEscapeError(f"{self._relative(directory)} is a link to {resolved}, "
+                                  f"outside {roots[0]}: state is never read or written "
+                                  "through a link that leaves .prose")
+        self._contained_dirs.add(directory)
+        return directory
+
+    def _run_file(self, run_id: str, name: str) -> Path:
+        return self.contained(self.run_dir(run_id)) / name
+
+    def binding_dir(self, run_id: str) -> Path:
+        return self.contained(self.run_dir(run_id) / "bindings")
 
     def run_location(self, run_id: str) -> str:
         return str(self.run_dir(run_id))
@@ -191,7 +282,7 @@ class FilesystemBackend(Backend):
             return str(path)
 
     def binding_path(self, run_id: str, ref: BindingRef) -> Path:
-        return self.run_dir(run_id) / "bindings" / ref.file_name
+        return self.binding_dir(run_id) / ref.file_name
 
     def binding_location(self, run_id: str, ref: BindingRef) -> str:
         directory = self._binding_dirs.get(run_id)
@@ -203,11 +294,12 @@ class FilesystemBackend(Backend):
     def agent_dir(self, run_id: str, agent: AgentRef) -> Path:
         check_name(agent.name, "agent name")
         if agent.scope == "execution":
-            return self.run_dir(run_id.split("/imports/")[0]) / "agents" / agent.name
+            return self.contained(self.run_dir(run_id.split("/imports/")[0]) / "agents" /
+                                  agent.name)
         if agent.scope == "project":
-            return self.prose / "agents" / agent.name
+            return self.contained(self.prose / "agents" / agent.name)
         if agent.scope == "user":
-            return self.home / ".prose" / "agents" / agent.name
+            return self.contained(self.home / ".prose" / "agents" / agent.name)
         return contained_path(agent.path or "", [self.root, self.home / ".prose"], self.root,
                               home=self.home)
 
@@ -288,19 +380,40 @@ class FilesystemBackend(Backend):
         return lambda: os.close(fd)
 
     def load_run(self, run_id: str) -> RunRecord:
+        path = self._run_file(run_id, "run.json")
         try:
-            data = json.loads((self.run_dir(run_id) / "run.json").read_text(encoding="utf-8"))
+            data = read_bytes(path)
         except FileNotFoundError:
             raise RunNotFound(f"no run {run_id} under {self.runs}") from None
-        return RunRecord(**data)
+        where = self._relative(path)
+        return RunRecord(**run_from_data(parse_json(data, where, "run record"), where))
 
     def list_runs(self) -> list[RunRecord]:
         if not self.runs.is_dir():
             return []
         found = []
         for path in sorted(self.runs.glob("*/run.json")):
-            found.append(self.load_run(path.parent.name))
+            try:
+                found.append(self.load_run(path.parent.name))
+            except DamagedState as err:
+                found.append(damaged_record(path.parent.name, err))
         return found
+
+    def rebuild_run(self, run_id: str, damage: DamagedState) -> RunRecord:
+        """A damaged ``run.json`` rebuilt from the run's ``program.prose`` (status
+        interrupted, the damage as its error); the damaged file is kept beside it."""
+        from openprose.state.store import _now
+
+        try:
+            source = read_exact(self._run_file(run_id, "program.prose"))
+        except (OSError, StateError):
+            raise damage from None
+        record = RunRecord(run_id, None, source, "interrupted", _now(), _now(), "",
+                           f"run.json was rebuilt from program.prose: {damage}")
+        path = self._run_file(run_id, "run.json")
+        set_aside(path)
+        atomic_write(path, json.dumps(asdict(record), indent=2), durable=True)
+        return record
 
     def list_children(self, run_id: str) -> list[str]:
         imports = self.run_dir(run_id) / "imports"
@@ -317,7 +430,8 @@ class FilesystemBackend(Backend):
 
         record = self.load_run(run_id)
         data = asdict(record) | {"status": status, "error": error, "updated": _now()}
-        atomic_write(self.run_dir(run_id) / "run.json", json.dumps(data, indent=2), durable=True)
+        atomic_write(self._run_file(run_id, "run.json"), json.dumps(data, indent=2),
+                     durable=True)
 
     def repair(self, run_id: str) -> None:
         """After a crash: end torn log lines, and make every binding file agree with the last
@@ -325,13 +439,15 @@ class FilesystemBackend(Backend):
         the result if it is missing, torn or different; a file rewritten since (a write
         note) is kept unless it is missing or torn."""
         self._end_torn_lines(run_id)
+        state = self._run_file(run_id, "state.md")
+        if state.is_dir():  # derived: rewritten at the next update
+            set_aside(state)
         results: dict[BindingRef, JournalEntry] = {}
         rewritten: set[BindingRef] = set()
-        for line in self._lines(run_id, "journal.jsonl"):
-            if line.startswith(WRITE_NOTE):
-                rewritten.add(BindingRef(*json.loads(line)["binding"]))
+        for entry in self.read_journal(run_id, notes=True):
+            if entry.kind == "write" and entry.binding is not None:
+                rewritten.add(entry.binding)
                 continue
-            entry = entry_from_json(line)
             if entry.kind == "result" and entry.binding is not None and entry.value is not None:
                 results[entry.binding] = entry
                 rewritten.discard(entry.binding)
@@ -342,16 +458,19 @@ class FilesystemBackend(Backend):
                 continue
             kind = entry.meta.get("kind") or (current.kind if current else "let")
             source = entry.meta.get("source", current.source if current else "")
-            atomic_write(self.binding_path(run_id, ref),
+            path = self.binding_path(run_id, ref)
+            if path.is_dir() and not path.is_symlink():
+                set_aside(path)
+            atomic_write(path,
                          format_binding(Binding(ref.name, ref.execution_id, kind, source, value)))
 
     def _intact_binding(self, run_id: str, ref: BindingRef) -> Binding | None:
         """The binding file if it is there and whole (it reads back to exactly its text)."""
         try:
             text = read_exact(self.binding_path(run_id, ref))
-        except FileNotFoundError:
+            binding = parse_binding(text, "")
+        except (FileNotFoundError, DamagedState):
             return None
-        binding = parse_binding(text, "")
         if (binding.name, binding.execution_id) != (ref.name, ref.execution_id) or \
                 format_binding(binding) != text:
             return None
@@ -361,16 +480,18 @@ class FilesystemBackend(Backend):
         """A crash can cut a log's last line short; end it, so the next record appended
         starts on a line of its own (the torn fragment is then skipped as non-JSON)."""
         for file in LOGS:
-            path = self.run_dir(run_id) / file
+            path = self._run_file(run_id, file)
             try:
-                with open(path, "rb") as handle:
-                    handle.seek(-1, os.SEEK_END)
-                    torn = handle.read(1) != b"\n"
-            except (FileNotFoundError, OSError):  # missing or empty
+                fd = open_nofollow(path, os.O_RDWR | os.O_APPEND)
+            except FileNotFoundError:
                 continue
-            if torn:
-                with open(path, "ab") as handle:
-                    handle.write(b"\n")
+            try:
+                size = os.fstat(fd).st_size
+                if stat.S_ISREG(os.fstat(fd).st_mode) and size and \
+                        os.pread(fd, 1, size - 1) != b"\n":
+                    os.write(fd, b"\n")
+            finally:
+                os.close(fd)
 
     # ------------------------------------------------------------------ imports
     def put_import(self, run_id: str, record: ImportRecord) -> None:
@@ -382,11 +503,14 @@ class FilesystemBackend(Backend):
                          json.dumps([asdict(r) for r in registry.values()], indent=2))
 
     def list_imports(self, run_id: str) -> list[ImportRecord]:
+        path = self._run_file(run_id, "imports.json")
         try:
-            raw = json.loads(read_exact(self.run_dir(run_id) / "imports.json"))
+            raw = parse_json(read_bytes(path), self._relative(path), "import registry")
+            return [ImportRecord(**{**r, "outputs": tuple(r["outputs"])}) for r in raw]
         except FileNotFoundError:
             return []
-        return [ImportRecord(**{**r, "outputs": tuple(r["outputs"])}) for r in raw]
+        except (TypeError, KeyError):
+            raise DamagedState(f"{self._relative(path)}: not an import registry") from None
 
     # ------------------------------------------------------------------ bindings
     def put_binding(self, run_id: str, binding: Binding, *, durable: bool) -> None:
@@ -404,7 +528,7 @@ class FilesystemBackend(Backend):
         return parse_binding(text, self._relative(path))
 
     def list_bindings(self, run_id: str) -> list[Binding]:
-        directory = self.run_dir(run_id) / "bindings"
+        directory = self.binding_dir(run_id)
         if not directory.is_dir():
             return []
         return [parse_binding(read_exact(p), self._relative(p))
@@ -418,7 +542,7 @@ class FilesystemBackend(Backend):
             with self._lock:
                 log = self._logs.get(key)
                 if log is None:
-                    log = self._logs[key] = AppendLog(self.run_dir(run_id) / file)
+                    log = self._logs[key] = AppendLog(self._run_file(run_id, file))
         log.append(line, durable=durable)
 
     def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None:
@@ -445,18 +569,35 @@ class FilesystemBackend(Backend):
         self._append(run_id, "journal.jsonl", "\n".join(lines), durable=True)
         self._put_capabilities(run_id, [step.ended_grant for step in steps])
 
-    def read_journal(self, run_id: str) -> list[JournalEntry]:
-        return [entry_from_json(line) for line in self._lines(run_id, "journal.jsonl")
-                if not line.startswith(WRITE_NOTE)]
+    def read_journal(self, run_id: str, *, notes: bool = False) -> list[JournalEntry]:
+        """The journal's records (``notes``: with the write notes, as kind "write")."""
+        entries = []
+        for where, data in self._records(run_id, "journal.jsonl"):
+            if isinstance(data, dict) and data.get("kind") == "write" and "key" not in data:
+                if notes:
+                    entries.append(entry_from_data({**data, "key": ""}, where))
+                continue
+            entries.append(entry_from_data(data, where))
+        return entries
 
-    def _lines(self, run_id: str, file: str) -> list[str]:
+    def _records(self, run_id: str, file: str) -> list[tuple[str, Any]]:
+        """The JSON values of a log's lines, each with its ``file:line`` for errors. A line
+        that is not JSON is a torn one a crash left (ended by :meth:`repair`) and skipped;
+        one that is JSON but not UTF-8 was damaged otherwise."""
+        path = self._run_file(run_id, file)
         try:
-            text = (self.run_dir(run_id) / file).read_text(encoding="utf-8")
+            data = read_bytes(path)
         except FileNotFoundError:
             return []
-        lines = text.split("\n")
-        # A crash can leave a torn last line; everything before it is whole.
-        return [line for line in lines if line.strip() and _is_json(line)]
+        where = self._relative(path)
+        records = []
+        for number, line in enumerate(data.split(b"\n"), start=1):
+            if not line.strip():
+                continue
+            value = _json_line(line, f"{where}:{number}")
+            if value is not _TORN:
+                records.append((f"{where}:{number}", value))
+        return records
 
     # ------------------------------------------------------------------ frames, capabilities
     def put_frame(self, run_id: str, frame: Frame) -> None:
@@ -464,8 +605,8 @@ class FilesystemBackend(Backend):
 
     def list_frames(self, run_id: str) -> list[Frame]:
         frames: dict[int, Frame] = {}
-        for line in self._lines(run_id, "frames.jsonl"):
-            frame = Frame(**json.loads(line))
+        for where, data in self._records(run_id, "frames.jsonl"):
+            frame = frame_from_data(data, where)
             frames[frame.execution_id] = frame
         return list(frames.values())
 
@@ -494,23 +635,28 @@ class FilesystemBackend(Backend):
     def _read_capabilities(self, run_id: str) -> None:
         """Fold the whole lines appended to the run's capabilities.jsonl since the last read
         into the cache (the file only grows; the last line about a token wins)."""
-        path = self.run_dir(run_id) / "capabilities.jsonl"
+        path = self._run_file(run_id, "capabilities.jsonl")
+        where = self._relative(path)
         with self._capability_lock:
-            offset = self._capability_offsets.get(run_id, 0)
+            offset, number = self._capability_offsets.get(run_id, (0, 0))
             try:
-                with open(path, "rb") as handle:
-                    handle.seek(offset)
-                    data = handle.read()
+                fd = open_nofollow(path, os.O_RDONLY)
             except FileNotFoundError:
                 return
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise DamagedState(f"{where} is not a regular file")
+            with open(fd, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
             whole = data.rfind(b"\n") + 1
-            for line in data[:whole].split(b"\n"):
-                try:
-                    grant = json.loads(line)
-                except ValueError:  # blank, or a torn line that repair has ended
-                    continue
-                self._capabilities[grant["hash"]] = (run_id, grant)
-            self._capability_offsets[run_id] = offset + whole
+            for line in data[:whole].split(b"\n")[:-1]:
+                number += 1
+                grant = _json_line(line, f"{where}:{number}")
+                if grant is not _TORN:  # blank, or a torn line that repair has ended
+                    grant = grant_from_data(grant, f"{where}:{number}")
+                    self._capabilities[grant["hash"]] = (run_id, grant)
+            self._capability_offsets[run_id] = (offset + whole, number)
 
     def list_capabilities(self, run_id: str) -> list[dict[str, Any]]:
         self._read_capabilities(run_id)
@@ -532,7 +678,7 @@ class FilesystemBackend(Backend):
         directory = self.agent_dir(run_id, agent)
         directory.mkdir(parents=True, exist_ok=True)
         temp = directory / f".segment.{uuid.uuid4().hex[:8]}.tmp"
-        with open(temp, "w", encoding="utf-8", newline="") as handle:
+        with disk_errors(temp), open(temp, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -578,11 +724,11 @@ class FilesystemBackend(Backend):
 
     # ------------------------------------------------------------------ state.md
     def write_state(self, run_id: str, text: str, snapshot: StateSnapshot) -> None:
-        atomic_write(self.run_dir(run_id) / "state.md", text)
+        atomic_write(self._run_file(run_id, "state.md"), text)
 
     def read_state(self, run_id: str) -> str:
         try:
-            return read_exact(self.run_dir(run_id) / "state.md")
+            return read_exact(self._run_file(run_id, "state.md"))
         except FileNotFoundError:
             return ""
 
@@ -591,6 +737,23 @@ class FilesystemBackend(Backend):
             for log in self._logs.values():
                 log.close()
             self._logs.clear()
+
+
+def set_aside(path: Path) -> Path:
+    """Move a damaged file or directory out of the way, to ``{name}.damaged`` (numbered if
+    that is taken), so it is kept for inspection but no longer read."""
+    number = 1
+    while True:
+        target = path.with_name(f"{path.name}.damaged" + (f"-{number}" if number > 1 else ""))
+        if not target.exists() and not target.is_symlink():
+            os.rename(path, target)
+            return target
+        number += 1
+
+
+def damaged_record(run_id: str, damage: StateError) -> RunRecord:
+    """How a run whose record cannot be read is listed: status "damaged", the reason."""
+    return RunRecord(run_id, None, "", "damaged", "", "", "", str(damage))
 
 
 def _sweep_abandoned(staging: Path) -> None:
@@ -615,9 +778,23 @@ def _fields(entry: JournalEntry) -> dict[str, Any]:
     return {name: getattr(entry, name) for name in entry.__dataclass_fields__}
 
 
-def _is_json(line: str) -> bool:
+_TORN = object()
+
+
+def _json_line(line: bytes, where: str) -> Any:
+    """A log line's JSON value; ``_TORN`` for a blank line or one that is not JSON (a crash
+    cut it short). JSON that is not UTF-8 did not come from a crash: DamagedState."""
+    if not line.strip():
+        return _TORN
     try:
-        json.loads(line)
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        try:
+            json.loads(line.decode("utf-8", "replace"))
+        except ValueError:
+            return _TORN
+        raise DamagedState(f"{where}: not UTF-8 text") from None
+    try:
+        return json.loads(text)
     except ValueError:
-        return False
-    return True
+        return _TORN

@@ -14,7 +14,7 @@ import threading
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,9 +27,20 @@ from openprose.state.backends.base import (
     entry_to_json,
     grant_to_json,
 )
-from openprose.state.backends.filesystem import FilesystemBackend, atomic_write, read_exact
+from openprose.state.backends.filesystem import (
+    FilesystemBackend,
+    atomic_write,
+    damaged_record,
+    read_exact,
+)
 from openprose.state.driver import DriverHolder, RunLocked
-from openprose.state.errors import BackendUnavailable, RunNotFound
+from openprose.state.errors import (
+    BackendUnavailable,
+    DamagedState,
+    PathEscapeError,
+    RunNotFound,
+    StateDiskFull,
+)
 from openprose.state.models import (
     ROOT,
     AgentRef,
@@ -41,6 +52,7 @@ from openprose.state.models import (
     StateSnapshot,
 )
 from openprose.state.names import check_name
+from openprose.state.records import frame_from_data, grant_from_data, parse_json
 
 
 class Cursor(Protocol):
@@ -185,7 +197,8 @@ class SqlBackend(Backend):
     def _binding_row(self, run_id: str, binding: Binding) -> tuple[Any, ...]:
         value, attachment = binding.value, None
         if len(value.encode()) > LARGE_VALUE:
-            path = self.files.run_dir(run_id) / "attachments" / binding.ref.file_name
+            path = self.files.contained(self.files.run_dir(run_id) / "attachments") / \
+                binding.ref.file_name
             atomic_write(path, value, durable=True)
             attachment = str(path.relative_to(self.files.run_dir(run_id)))
             value = f"(stored in {attachment}, {len(binding.value.encode())} bytes)"
@@ -206,7 +219,13 @@ class SqlBackend(Backend):
     def _binding(self, run_id: str, row: tuple[Any, ...]) -> Binding:
         name, execution_id, kind, value, source, attachment = row
         if attachment:
-            value = read_exact(self.files.run_dir(run_id) / attachment)
+            path = self.files.run_dir(run_id) / attachment
+            self.files.contained(path.parent)  # the row names a file under attachments/
+            try:
+                value = read_exact(path)
+            except FileNotFoundError:
+                raise DamagedState(f"{path}: the attachment of binding '{name}' is "
+                                   "missing") from None
         ref = BindingRef(name, execution_id or None)
         return Binding(name, execution_id or None, kind, source or "", value or "",
                        self.binding_location(run_id, ref))
@@ -254,9 +273,12 @@ class SqlBackend(Backend):
     def commit(self, run_id: str, steps: list[CommitStep]) -> None:
         # Two sessions of one binding may finish in one batch: the later value stands.
         latest = {s.binding.ref: s.binding for s in steps if not s.stored}
+        # The result records carry kind and source, so repair can restore a lost row.
+        entries = [replace(s.entry, meta={**s.entry.meta, "kind": s.binding.kind,
+                                          "source": s.binding.source}) for s in steps]
         self.write_all(run_id, [
             (self.UPSERT_BINDING, [self._binding_row(run_id, b) for b in latest.values()]),
-            (self.INSERT_JOURNAL, [_journal_row(run_id, s.entry) for s in steps]),
+            (self.INSERT_JOURNAL, [_journal_row(run_id, e) for e in entries]),
             (self.UPSERT_CAPABILITY, [_grant_row(run_id, s.ended_grant) for s in steps]),
         ], durable=True)
 
@@ -268,9 +290,35 @@ class SqlBackend(Backend):
         ], durable=False)
 
     def read_journal(self, run_id: str) -> list[JournalEntry]:
-        rows = self.fetch(run_id, "SELECT body FROM {p}journal WHERE run_id = ? ORDER BY seq",
-                          (run_id,))
-        return [entry_from_json(row[0]) for row in rows]
+        rows = self.fetch(run_id, "SELECT seq, body FROM {p}journal WHERE run_id = ?"
+                          " ORDER BY seq", (run_id,))
+        where = self.table_location(run_id, "journal")
+        return [entry_from_json(body, f"{where}, row seq={seq}") for seq, body in rows]
+
+    def table_location(self, run_id: str, table: str) -> str:
+        """Where a table's rows of this run are, for error messages."""
+        return f"{self.name} table {self.prefix}{table} of run {run_id}"
+
+    def repair(self, run_id: str) -> None:
+        """Restore binding rows deleted since their session's result was recorded: the
+        result in the journal carries the value (as the filesystem backend restores a
+        deleted binding file)."""
+        results: dict[BindingRef, JournalEntry] = {}
+        for entry in self.read_journal(run_id):
+            if entry.kind == "result" and entry.binding is not None and \
+                    entry.value is not None and entry.status == "completed":
+                results[entry.binding] = entry
+        if not results:
+            return
+        present = {BindingRef(name, eid or None) for name, eid in self.fetch(
+            run_id, "SELECT name, execution_id FROM {p}bindings WHERE run_id = ?", (run_id,))}
+        lost = [Binding(ref.name, ref.execution_id, entry.meta.get("kind") or "let",
+                        entry.meta.get("source") or "", str(entry.value))
+                for ref, entry in results.items() if ref not in present]
+        if lost:
+            self.write_all(run_id, [(self.UPSERT_BINDING,
+                                     [self._binding_row(run_id, b) for b in lost])],
+                           durable=True)
 
     # ------------------------------------------------------------------ frames, capabilities
     def put_frame(self, run_id: str, frame: Frame) -> None:
@@ -284,7 +332,11 @@ class SqlBackend(Backend):
     def list_frames(self, run_id: str) -> list[Frame]:
         rows = self.fetch(run_id, "SELECT execution_id, block, depth, parent, status, args"
                           " FROM {p}frames WHERE run_id = ?", (run_id,))
-        return [Frame(r[0], r[1], r[2], r[3], json.loads(r[5] or "{}"), r[4]) for r in rows]
+        where = self.table_location(run_id, "frames")
+        return [frame_from_data({"execution_id": r[0], "block": r[1], "depth": r[2],
+                                 "parent": r[3], "status": r[4],
+                                 "args": parse_json(r[5] or "{}", where, "frame args")},
+                                f"{where}, execution_id={r[0]}") for r in rows]
 
     UPSERT_CAPABILITY = ("INSERT INTO {p}capabilities (hash, run_id, body) VALUES (?,?,?)"
                          " ON CONFLICT (hash) DO UPDATE SET body = excluded.body")
@@ -295,7 +347,8 @@ class SqlBackend(Backend):
     def list_capabilities(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.fetch(run_id, "SELECT body FROM {p}capabilities WHERE run_id = ?",
                           (run_id,))
-        return [json.loads(row[0]) for row in rows]
+        where = self.table_location(run_id, "capabilities")
+        return [_grant(row[0], where) for row in rows]
 
     # ------------------------------------------------------------------ agents
     def _agent_key(self, run_id: str, agent: AgentRef) -> tuple[str, str, str, str]:
@@ -398,6 +451,10 @@ def _grant_row(run_id: str, grant: dict[str, Any]) -> tuple[Any, ...]:
     return grant["hash"], run_id, grant_to_json(grant)
 
 
+def _grant(body: str, where: str) -> dict[str, Any]:
+    return grant_from_data(parse_json(body, where, "session grant"), where)
+
+
 def _json(value: Any) -> Any:
     """A JSON column: text in SQLite, already decoded in PostgreSQL."""
     return json.loads(value) if isinstance(value, str) else value
@@ -406,6 +463,23 @@ def _json(value: Any) -> Any:
 def _execution_status(status: str) -> str:
     return {"complete": "completed", "executing": "executing", "retrying": "executing",
             "failed": "failed", "cancelled": "skipped"}.get(status, "pending")
+
+
+@contextmanager
+def sqlite_errors(path: Path) -> Iterator[None]:
+    """SQLite's errors about the file itself as state errors naming it: a full disk is
+    :class:`StateDiskFull`, a file that is not a database (or is corrupt)
+    :class:`DamagedState`. Others (a busy database, a bad statement) pass unchanged."""
+    try:
+        yield
+    except sqlite3.DatabaseError as err:
+        name = getattr(err, "sqlite_errorname", "")
+        if name == "SQLITE_FULL":
+            raise StateDiskFull(f"cannot write {path}: the disk is full") from None
+        if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in str(err):
+            raise DamagedState(f"{path} is damaged: {err} (move it away to start the run "
+                               "over, or restore it from a backup)") from None
+        raise
 
 
 def _prepare(conn: sqlite3.Connection) -> None:
@@ -439,20 +513,29 @@ class SqliteBackend(SqlBackend):
         if scope == "user":
             return self.home / ".prose" / "agents.db"
         assert run_id is not None
-        return self.files.run_dir(run_id) / "state.db"
+        return self.files.contained(self.files.run_dir(run_id)) / "state.db"
 
     def _connection(self, path: Path) -> sqlite3.Connection:
         cache: dict[Path, sqlite3.Connection] = self._local.__dict__.setdefault("conns", {})
         conn = cache.get(path)
         if conn is None:
             path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_symlink():
+                raise PathEscapeError(f"{path} is a symbolic link; state is never read or "
+                                      "written through a link")
             conn = sqlite3.connect(path, timeout=60, isolation_level=None,
                                    check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 60000")
+            try:
+                with sqlite_errors(path):
+                    conn.execute("PRAGMA busy_timeout = 60000")
+                    with self._ready_lock:
+                        if path not in self._ready:
+                            _prepare(conn)
+                            self._ready.add(path)
+            except BaseException:
+                conn.close()
+                raise
             with self._ready_lock:
-                if path not in self._ready:
-                    _prepare(conn)
-                    self._ready.add(path)
                 self._all.append((path, conn))
             cache[path] = conn
         return conn
@@ -485,22 +568,26 @@ class SqliteBackend(SqlBackend):
 
     def fetch(self, run_id: str | None, sql: str, params: tuple[Any, ...] = (),
               scope: str = "run") -> list[tuple[Any, ...]]:
-        return self._open(run_id, scope).execute(self.q(sql), params).fetchall()
+        conn = self._open(run_id, scope)
+        with sqlite_errors(self.db_path(run_id, scope)):
+            return conn.execute(self.q(sql), params).fetchall()
 
     @contextmanager
     def tx(self, run_id: str | None, *, durable: bool, scope: str = "run") -> Iterator[Cursor]:
         conn = self._open(run_id, scope)
+        path = self.db_path(run_id, scope)
         # Writers in this process queue on a lock instead of SQLite's sleeping busy handler
         # (fair and without sleeps); other processes still meet the busy timeout.
-        with self._writer(self.db_path(run_id, scope)):
+        with self._writer(path), sqlite_errors(path):
             conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # a failed COMMIT (disk full) leaves it open
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
 
     def _writer(self, path: Path) -> threading.Lock:
         lock = self._writers.get(path)
@@ -520,7 +607,10 @@ class SqliteBackend(SqlBackend):
             # A database without its run row (left by opening a run of another backend)
             # is not a run.
             with contextlib.suppress(RunNotFound):
-                found.append(self.load_run(path.parent.name))
+                try:
+                    found.append(self.load_run(path.parent.name))
+                except DamagedState as err:
+                    found.append(damaged_record(path.parent.name, err))
         return found
 
     def list_children(self, run_id: str) -> list[str]:
@@ -540,7 +630,8 @@ class SqliteBackend(SqlBackend):
             rows = self.fetch(candidate, "SELECT body FROM capabilities WHERE hash = ?",
                               (token_hash,))
             if rows:
-                return candidate, json.loads(rows[0][0])
+                return candidate, _grant(rows[0][0],
+                                         self.table_location(candidate, "capabilities"))
         return None
 
     def close(self) -> None:
@@ -692,7 +783,9 @@ class PostgresBackend(SqlBackend):
                         ) -> tuple[str, dict[str, Any]] | None:
         rows = self.fetch(None, "SELECT run_id, body FROM {p}capabilities WHERE hash = ?",
                           (token_hash,))
-        return (rows[0][0], json.loads(rows[0][1])) if rows else None
+        if not rows:
+            return None
+        return rows[0][0], _grant(rows[0][1], self.table_location(rows[0][0], "capabilities"))
 
     def close(self) -> None:
         self.pool.close()
