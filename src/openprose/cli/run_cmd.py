@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -169,7 +171,50 @@ def _asker(as_json: bool) -> Any:
     return ask
 
 
-def _execute(job: Any, provider: Any, as_json: bool) -> None:
+class _Stop:
+    """Ctrl-C and SIGTERM end a run alike: the first cancels it (the engine records what
+    finished, marks the run interrupted and releases it), a second while it winds down says
+    so, a third leaves at once. The signals are taken over for the whole run, so none lands
+    in the middle of the wind-down or of the closing message."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, on_force: Any) -> None:
+        self.count = 0
+        self.on_force = on_force
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Stop:
+        for sig in self.SIGNALS:
+            self.previous[sig] = signal.signal(sig, self._signalled)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            # Leaving with status 130: a late signal must not cut that short.
+            signal.signal(sig, signal.SIG_IGN if self.count else handler)
+
+    def attach(self, task: asyncio.Task[Any]) -> None:
+        """The task running the run (a signal that came earlier cancels it now)."""
+        self.loop, self.task = asyncio.get_running_loop(), task
+        if self.count:
+            task.cancel()
+
+    def _signalled(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count == 1:
+            if self.loop is not None and self.task is not None and not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(self.task.cancel)
+        elif self.count == 2:
+            os.write(2, b"\nstopping: saving the run's state (interrupt again to quit now)\n")
+        else:
+            self.on_force()
+            os._exit(130)
+
+
+def _execute(job: Any, provider: Any, as_json: bool, project: str = ".") -> None:
     from openprose.engine import runner
     from openprose.engine.progress import Progress
     from openprose.state import StateError
@@ -178,20 +223,35 @@ def _execute(job: Any, provider: Any, as_json: bool) -> None:
         click.echo(f"run {run_id} started", err=True)
         sys.stderr.flush()
 
+    def interrupted() -> None:
+        if job.run_id is None:
+            click.echo("\ninterrupted before the run started", err=True)
+        else:
+            click.echo(f"\ninterrupted; the run is consistent: prose resume {job.run_id}",
+                       err=True)
+        sys.stderr.flush()
+
+    async def drive(listener: Any) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        stop.attach(task)
+        return await runner.execute(job, provider, listener, started)
+
     live = not as_json and sys.stderr.isatty()
     progress = Progress(job.source) if live else None
-    try:
-        if progress is not None:
-            with progress:
-                outcome = asyncio.run(runner.execute(job, provider, progress, started))
-        else:
-            outcome = asyncio.run(runner.execute(job, provider, None, started))
-    except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; the run is consistent: prose resume {job.run_id}", err=True)
-        sys.exit(130)
-    except StateError as err:
-        click.echo(f"error: {err}", err=True)
-        sys.exit(2)
+    with _Stop(interrupted) as stop:
+        try:
+            if progress is not None:
+                with progress:
+                    outcome = asyncio.run(drive(progress))
+            else:
+                outcome = asyncio.run(drive(None))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            interrupted()
+            sys.exit(130)
+        except StateError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(2)
     if as_json:
         click.echo(json.dumps(outcome.to_dict(), ensure_ascii=False, default=str))
     else:
