@@ -137,6 +137,7 @@ async def execute(job: Job, provider: Provider, listener: Listener | None = None
     """
     store = state.open_store(job.project_root, job.backend)
     try:
+        resumed = job.run_id is not None
         if job.run_id is None:
             run_id = state.new_run_id()
             job.driver = store.driver_lock(run_id, new=True)
@@ -151,7 +152,7 @@ async def execute(job: Job, provider: Provider, listener: Listener | None = None
         _release(job)
         raise
     try:
-        return await _drive(job, store, run, provider, listener, on_start)
+        return await _drive(job, store, run, provider, listener, on_start, resumed)
     finally:
         _release(job)
 
@@ -162,10 +163,14 @@ def _release(job: Job) -> None:
 
 
 async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Provider,
-                 listener: Listener | None, on_start: Callable[[str], None] | None) -> Outcome:
+                 listener: Listener | None, on_start: Callable[[str], None] | None,
+                 resumed: bool) -> Outcome:
     if on_start is not None:
         on_start(run.id)
-    journal = StateJournal(run, getattr(provider, "record_commit", None))
+    # A resumed run's state.md changes from its first new session or verdict on: replaying
+    # finished work (and a refusal found while replaying) leaves it as it was.
+    journal = StateJournal(run, getattr(provider, "record_commit", None),
+                           hold_renders=resumed)
     options = job.options or Options(max_concurrency=job.max_concurrency, ask=job.ask)
     outcome = Outcome(run.id, "failed")
 
@@ -177,13 +182,16 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
     options.listener = _both(record, listener)
     interpreter = Interpreter(job.program, job.source, journal, provider, file=job.file,
                               inputs=job.inputs, imports=job.imports, options=options)
+    refused = False
     try:
         with _young_objects_only():
             outcome.outputs = await interpreter.run()
         outcome.status = "completed"
     except ProgramError as err:
         outcome.error = str(ProgramFailed(err))
-    except (MissingInput, ResumeMismatch) as err:
+    except ResumeMismatch as err:  # a refusal: the run stays exactly as it was
+        outcome.error, outcome.usage_error, refused = str(err), True, True
+    except MissingInput as err:
         outcome.error, outcome.usage_error = str(err), True
     except EngineError as err:
         outcome.error = f"{type(err).__name__}: {err}"
@@ -201,7 +209,8 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
     outcome.sessions, outcome.reused = totals.sessions, totals.reused
     outcome.tokens = totals.usage.input_tokens + totals.usage.output_tokens
     outcome.cost_usd = totals.usage.cost_usd
-    journal.finish(outcome.status, outcome.error)
+    if not refused:
+        journal.finish(outcome.status, outcome.error)
     store.close()
     return outcome
 

@@ -172,8 +172,10 @@ class Batcher(Generic[Item, Result]):
 
 class StateJournal:
     def __init__(self, run: state.Run, on_commit: Callable[[str], None] | None = None,
-                 render_interval: float = 0.5) -> None:
+                 render_interval: float = 0.5, hold_renders: bool = False) -> None:
         self.run = run
+        #: state.md is not rendered until new work starts (see :meth:`new_work`).
+        self.hold_renders = hold_renders
         # Sessions that start or finish while others are in flight share one write.
         self.opener: Batcher[SessionSpec, _OpenSession] = Batcher(
             self.open_sessions, lambda opened: opened.abort("cancelled"),
@@ -205,6 +207,7 @@ class StateJournal:
 
     def open_sessions(self, specs: list[SessionSpec]) -> list[_OpenSession | Exception]:
         """Intent records and capabilities for sessions about to call the model."""
+        self.new_work()
         starts = []
         for spec in specs:
             name = spec.binding or self.run.next_anonymous()
@@ -231,6 +234,7 @@ class StateJournal:
 
     def record_verdict(self, key: str, input_hash: str, value: bool | str, reason: str,
                        source: str, line: int) -> None:
+        self.new_work()
         self.run.record_verdict(key, input_hash, value, reason)
 
     # ----------------------------------------------------------------------- bindings, frames
@@ -273,7 +277,7 @@ class StateJournal:
     def child(self, handle: str, program_text: str) -> StateJournal:
         owner, _, slug = handle.partition("--")
         return StateJournal(self.run.child(owner, slug or owner, program_text), self.on_commit,
-                            self.render_interval)
+                            self.render_interval, self.hold_renders)
 
     # ----------------------------------------------------------------------- state.md
 
@@ -284,8 +288,12 @@ class StateJournal:
         if event.kind == "session_failed" and event.text == "cancelled":
             status = "cancelled"  # stopped by a failing sibling or Ctrl-C, not failed itself
         self.statuses[event.line] = state.StatementStatus(event.line, event.line, status)
-        if time.monotonic() >= self.render_due:
+        if not self.hold_renders and time.monotonic() >= self.render_due:
             self.render()
+
+    def new_work(self) -> None:
+        """The run does something it had not done before: state.md follows it from now."""
+        self.hold_renders = False
 
     def render(self) -> None:
         """Re-render state.md; the next render waits long enough that rendering (which grows
@@ -303,6 +311,7 @@ class StateJournal:
 
     def finish(self, status: str, error: str | None) -> None:
         """Record the outcome, then render it (state.md shows the status and error)."""
+        self.hold_renders = False
         self.run.finish(status, error)
         self.render()
 
