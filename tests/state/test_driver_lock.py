@@ -74,6 +74,7 @@ def test_an_unknown_run_is_not_found_and_nothing_is_created(stores, project):
     with pytest.raises(RunNotFound):
         store.driver_lock("20260101-000000-abcdef")
     assert not (project / ".prose" / "runs" / "20260101-000000-abcdef").exists()
+    assert not (project / ".prose" / "locks").exists()
 
 
 def test_a_new_run_is_locked_before_it_exists(stores, program):
@@ -112,9 +113,9 @@ def test_a_garbled_holder_record_still_refuses(fs_stores, program, project):
     store = fs_stores.open()
     run_id = _run(store, program).id
     with store.driver_lock(run_id):
-        (project / ".prose" / "runs" / run_id / "driver.lock").write_text("not json")
+        (project / ".prose" / "locks" / f"{run_id}.lock").write_text("not json")
         with pytest.raises(RunLocked, match="driven by another process"):
             fs_stores.open().driver_lock(run_id)
     with fs_stores.open().driver_lock(run_id) as lock:  # the next holder writes its own
-        record = json.loads((project / ".prose" / "runs" / run_id / "driver.lock").read_text())
+        record = json.loads((project / ".prose" / "locks" / f"{run_id}.lock").read_text())
         assert record["pid"] == lock.holder.pid

@@ -4,7 +4,7 @@ Two processes driving one run would start every remaining session twice. So whoe
 run (``prose run``, ``prose resume``, the MCP server) first takes its driver lock; a second
 driver is refused at once with :class:`RunLocked`, which names the holder. The lock is one the
 operating system or the database ends with its holder, however the holder dies: ``flock`` on
-``.prose/runs/{id}/driver.lock`` (filesystem and SQLite), a session-level advisory lock on a
+``.prose/locks/{id}.lock`` (filesystem and SQLite), a session-level advisory lock on a
 connection of its own (PostgreSQL).
 """
 

@@ -62,7 +62,7 @@ SEPARATOR = "\n```\n\n---\n\n"
 # VM, or by a session before it finished): repair leaves such a file alone.
 WRITE_NOTE = '{"kind":"write",'
 LOGS = ("journal.jsonl", "frames.jsonl", "capabilities.jsonl")
-DRIVER_LOCK = "driver.lock"  # flock'd by the run's driver; holds who that is, as JSON
+LOCKS = "locks"  # .prose/locks/{run id}.lock: flock'd by the run's driver, who it is as JSON
 _TEMP_NUMBERS = itertools.count()  # temp files: .{name}.{pid}-{number}.tmp
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -356,10 +356,11 @@ class FilesystemBackend(Backend):
                 staging.rmdir()
 
     def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
-        """``flock`` on the run's ``driver.lock``: the kernel drops it when the process ends,
-        however it ends. The holder's record is written into the file once the lock is
-        held; a refused driver reads it from there."""
-        path = self.run_dir(run_id) / DRIVER_LOCK
+        """``flock`` on ``.prose/locks/{run id}.lock`` (beside the runs, not in one: a run's
+        own files are the same whoever drove it): the kernel drops it when the process
+        ends, however it ends. The holder's record is written into the file once the lock
+        is held; a refused driver reads it from there."""
+        path = self.prose / LOCKS / f"{run_id}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         try:

@@ -597,7 +597,7 @@ class SqliteBackend(SqlBackend):
         return lock
 
     def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
-        return self.files.lock_driver(run_id, holder)  # beside state.db, as on the filesystem
+        return self.files.lock_driver(run_id, holder)  # as on the filesystem
 
     def list_runs(self) -> list[RunRecord]:
         if not self.files.runs.is_dir():
