@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.mcp_server.host import ERAS, Host, host
+from tests.mcp_server.host import ERAS, Host, Refused, host
 
 pytestmark = pytest.mark.anyio
 
@@ -61,8 +61,11 @@ def root(tmp_path: Path) -> Path:
 
 
 def fingerprint(root: Path, run_id: str) -> dict[str, bytes]:
+    """Every file of the run, byte for byte (the driver lock's file records who last drove
+    the run: it is not the run's content)."""
     base = root / ".prose" / "runs" / run_id
-    return {str(p.relative_to(base)): p.read_bytes() for p in base.rglob("*") if p.is_file()}
+    return {str(p.relative_to(base)): p.read_bytes() for p in base.rglob("*")
+            if p.is_file() and p.name != "driver.lock"}
 
 
 class Run:
@@ -76,13 +79,23 @@ class Run:
         return await self.h.call(tool, **arguments)
 
     async def refused(self, tool: str, *expected: str, **arguments: Any) -> str:
-        """``tool`` is refused, the text names every ``expected`` part, nothing changed."""
+        """``tool`` is refused, the text names the rule and every ``expected`` part, and
+        nothing changed (pending sessions stay pending)."""
         before = fingerprint(self.root, self.id)
+        pending = await self.pending()
         text = await self.h.refused(tool, **arguments)
+        assert "refused (rule: " in text or "validation error" in text, text
+        assert await self.pending() == pending
         for part in expected:
             assert part in text, f"{part!r} not in {text!r}"
         assert fingerprint(self.root, self.id) == before, f"{tool} changed the run: {text}"
         return text
+
+    async def pending(self) -> list[Any] | None:
+        try:
+            return (await self.h.call("run_status", vm_token=self.vm))["pending"]
+        except Refused:  # a token replaced or a run finished: nothing is pending any more
+            return None
 
     async def session(self, statement: str, prompt: str = "work", **arguments: Any) -> str:
         spawned = await self.call("spawn_session", vm_token=self.vm, statement=statement,
@@ -304,3 +317,107 @@ async def test_finished_runs_and_replaced_tokens(root: Path) -> None:
         await run.refused("spawn_session", "is failed", "rule: a finished run is not driven",
                           vm_token=fresh, statement="5", prompt="p")
         await run.refused("resume_run", "is failed", run_id=run.id)
+
+
+async def test_a_resend_applies_nothing_twice_even_after_a_restart(root: Path) -> None:
+    async with started(root) as run:
+        token = await run.session("5", "Scout caves")
+        first = await run.call("write_binding", token=token, value="tunnels", summary="s")
+        before = fingerprint(root, run.id)
+        assert await run.call("write_binding", token=token, value="tunnels",
+                              summary="s") == first
+        assert fingerprint(root, run.id) == before
+    async with host(root, {}, watch=False) as h:  # a new server knows the token from state
+        again = await h.call("write_binding", token=token, value="tunnels")
+        assert (again["binding"], again["bytes"]) == ("first", len("tunnels"))
+        text = await h.refused("write_binding", token=token, value="caverns")
+        assert "rule: a session's binding is written once" in text
+    assert fingerprint(root, run.id) == before
+
+
+PARALLEL = """\
+parallel:
+  north = session "Go north"
+  south = session "Go south"
+  east = session "Go east"
+output route = session "Join the routes"
+  context: { north, south, east }
+"""
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_parallel_sessions_are_pending_together_and_complete_in_any_order(
+        era: dict, root: Path) -> None:
+    (root / "routes.prose").write_text(PARALLEL)
+    async with host(root, era, watch=False) as h:
+        run = await h.call("start_run", program="routes.prose")
+        vm = run["vm_token"]
+        ids = {item["binds"]: item["id"] for item in run["outline"] if item.get("binds")}
+        tokens = {}
+        for name in ("north", "south", "east"):
+            spawned = await h.call("spawn_session", vm_token=vm, statement=ids[name],
+                                   prompt=f"Go {name}")
+            tokens[name] = spawned["session_token"]
+        status = await h.call("run_status", vm_token=vm)
+        assert sorted(p["binding"] for p in status["pending"]) == ["east", "north", "south"]
+        for name in ("east", "north", "south"):  # not the order they were spawned in
+            await h.call("write_binding", token=tokens[name], value=f"{name} road")
+            left = (await h.call("run_status", vm_token=vm))["pending"]
+            assert name not in [p["binding"] for p in left]
+        join = await h.call("spawn_session", vm_token=vm, statement=ids["route"],
+                            prompt="Join", context=["north", "south", "east"])
+        read = await h.call("read_binding", token=join["session_token"], name="south")
+        assert read["value"] == "south road"
+        await h.call("write_binding", token=join["session_token"], value="all roads")
+        done = await h.call("complete_run", vm_token=vm)
+        assert [o["name"] for o in done["outputs"]] == ["route"]
+
+
+async def test_values_are_returned_by_read_binding_only_and_never_rewritten(
+        root: Path) -> None:
+    value = ("ANTHROPIC_API_KEY=sk-ant-api03-" + "x" * 40 + "\npassword: hunter2\n"
+             "<script>alert(1)</script>\r\n" + "é" * 3000 + "\x00tail")
+    async with started(root) as run:
+        token = await run.session("5", "Scout caves", context=["topic"])
+        texts = []
+        for tool, args in [("write_binding", {"token": token, "value": value}),
+                           ("run_status", {"vm_token": run.vm}),
+                           ("write_binding", {"token": run.vm, "name": "result",
+                                              "copy_of": "first"})]:
+            result = await run.h.client.call_tool(tool, args)
+            assert not result.is_error, result.content
+            texts.append(result.content[0].text + str(result.structured_content))
+        assert not any("hunter2" in text or "sk-ant" in text for text in texts)
+        read, offset = "", 0
+        while True:
+            part = await run.call("read_binding", token=run.vm, name="result", offset=offset,
+                                  limit=1000)
+            read += part["value"]
+            if part["next_offset"] is None:
+                break
+            offset = part["next_offset"]
+        assert read == value
+
+
+async def test_the_mode_a_run_was_started_in_is_kept(root: Path) -> None:
+    from openprose.state import open_store
+
+    with open_store(root, home=root / "home") as store:  # started by the engine: no driver
+        engine_run = store.create_run(PROGRAM, "dig.prose").id
+    async with started(root) as run:
+        before = fingerprint(root, engine_run)
+        text = await run.h.refused("resume_run", run_id=engine_run)
+        assert "rule: a run the engine started is not driven by a host VM token" in text
+        assert fingerprint(root, engine_run) == before
+        # the reverse: a host's run is not stepped by the server's engine
+        text = await run.h.refused("next_step", vm_token=run.vm)
+        assert "next_step steps guided runs" in text
+        taken = await run.call("resume_run", run_id=engine_run, take_over=True)
+        assert taken["mode"] == "host"
+        await run.call("write_binding", token=taken["vm_token"], name="topic", value="pits")
+        guided = await run.call("start_run", program="dig.prose", inputs={"topic": "x"},
+                                mode="guided")
+        text = await run.h.refused("spawn_session", vm_token=guided["vm_token"],
+                                   statement="5", prompt="p")
+        assert "rule: a run is stepped by the driver it was started for" in text
+        await run.call("cancel_run", run_id=guided["run_id"])

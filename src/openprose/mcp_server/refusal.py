@@ -9,7 +9,12 @@ from contextlib import contextmanager
 from mcp.server.mcpserver.exceptions import ToolError
 
 from openprose.mcp_server.outline import Statement
-from openprose.state import CapabilityError, RecursionLimitExceeded, StateError
+from openprose.state import (
+    CapabilityError,
+    NotFoundError,
+    RecursionLimitExceeded,
+    StateError,
+)
 
 
 class Refusal(ToolError):
@@ -37,6 +42,8 @@ def state_errors(what: str, statement: Statement | None = None) -> Iterator[None
         yield
     except CapabilityError as exc:
         raise Refusal(exc.rule, str(exc).rsplit(" (rule:", 1)[0], statement) from None
+    except NotFoundError as exc:
+        raise Refusal("a call names what the run has", str(exc), statement) from None
     except RecursionLimitExceeded as exc:
         raise Refusal("a block's frames nest at most max_depth deep", str(exc),
                       statement) from None

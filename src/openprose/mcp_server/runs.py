@@ -365,6 +365,16 @@ class RunRegistry:
             self.hold(driven)
         return driven
 
+    def host_run(self, token: str) -> DrivenRun:
+        """:meth:`by_vm_token` for the tools a host steps its own run with: a run an engine
+        steps (guided) is refused; its sessions and statuses are that engine's."""
+        driven = self.by_vm_token(token)
+        if driven.mode != HOST:
+            raise Refusal("a run is stepped by the driver it was started for",
+                          f"run {driven.id} is a {driven.mode} run: the engine steps it "
+                          "(next_step gives what it needs from you)")
+        return driven
+
     def by_session_token(self, token: str) -> tuple[DrivenRun, SessionHandle]:
         """The run and live session handle of a session token (refused if unknown/ended)."""
         if isinstance(token, str) and token.startswith(VM_PREFIX):

@@ -244,7 +244,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                                                                   CompleteResult]:
         """Finish the run ('completed' needs every output written, no pending session, no
         live frame). Returns the outputs' locations."""
-        driven = ctx.registry.by_vm_token(vm_token)
+        driven = ctx.registry.host_run(vm_token)
         driven.live()
         run = driven.run
         problems: list[Refusal] = []

@@ -102,7 +102,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                             agent: str = "") -> Annotated[CallToolResult, SpawnResult]:
         """Start a session/resume statement's session (prompt interpolated; context: binding
         names; execution_id: its frame in a block). Returns a token and the subagent's brief."""
-        driven = registry.by_vm_token(vm_token)
+        driven = registry.host_run(vm_token)
         driven.live()
         st = driven.statement(statement)
         if st.kind not in SESSION_KINDS:
@@ -324,7 +324,7 @@ def _resend(driven: DrivenRun, ref: BindingRef, token: str, value: str) -> CallT
 
 async def _vm_write(ctx: ServerContext, token: str, name: str, value: str, copy_of: str,
                     execution_id: int | None, summary: str) -> CallToolResult:
-    driven = ctx.registry.by_vm_token(token)
+    driven = ctx.registry.host_run(token)
     driven.live()
     if not name:
         raise Refusal("the VM token names the binding it writes", "give name")

@@ -29,7 +29,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                            note: str = "") -> Annotated[CallToolResult, StateResult]:
         """Report a statement's status ('failed' on a session statement ends its pending
         session); the server renders state.md from it."""
-        driven = registry.by_vm_token(vm_token)
+        driven = registry.host_run(vm_token)
         driven.live()
         st = driven.statement(statement)
         eid = driven.frame_for(st, execution_id)
@@ -73,7 +73,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                                                                     FrameResult]:
         """Enter a block: args (param: value) or args_from (param: binding name); parent:
         the caller's frame; statement: the 'do'. Returns the execution id."""
-        driven = registry.by_vm_token(vm_token)
+        driven = registry.host_run(vm_token)
         driven.live()
         definition = driven.outline.blocks.get(block)
         if definition is None:
@@ -131,7 +131,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def pop_frame(vm_token: str, execution_id: int) -> Annotated[CallToolResult,
                                                                        FrameResult]:
         """Leave a block call (top frames only, none of its sessions pending)."""
-        driven = registry.by_vm_token(vm_token)
+        driven = registry.host_run(vm_token)
         driven.live()
         with state_errors("pop_frame"):
             frame = driven.run.frame(execution_id)
@@ -163,7 +163,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                              ) -> Annotated[CallToolResult, VerdictResult]:
         """Record your judgment of a **condition** (loop, if/elif: true/false; choice: the
         option) and why; iteration: the loop round. A recorded verdict stands."""
-        driven = registry.by_vm_token(vm_token)
+        driven = registry.host_run(vm_token)
         driven.live()
         st = driven.statement(statement)
         if not st.judged:
