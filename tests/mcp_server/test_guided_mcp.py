@@ -1,0 +1,115 @@
+"""Guided runs through a real in-process MCP client, in both protocol eras: a scripted host
+steps corpus programs with next_step and completes every session through write_binding (and
+judgments through submit_verdict, failures through fail_session); the run left in state, the
+outputs and the number of answers equal ``prose run`` on the scripted provider."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from mcp import Client
+from tests.mcp_server.guided_host import (
+    CASES,
+    CORPUS,
+    GuidedHost,
+    Refused,
+    bindings_of,
+    call_counts,
+    corpus_job,
+    instant,
+    sample_inputs,
+    scripted,
+)
+from tests.mcp_server.host import ERAS
+
+from openprose.engine import runner
+from openprose.mcp_server.server import create_server
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _error_tail(error: str | None) -> str | None:
+    return error and error.split(": ", 1)[-1]
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("name", sorted(CASES))
+async def test_guided_walk_equals_prose_run(name, era, tmp_path):
+    path = CORPUS / name
+    if not path.is_file():
+        pytest.skip(f"corpus not found beside the repository ({CORPUS})")
+    reference = scripted(CASES[name])
+    expected = await runner.execute(corpus_job(path, tmp_path / "ref", loop_limit=1000),
+                                    reference)
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(path, root / name)
+    mcp = create_server(root, home=tmp_path / "home", watch=False)
+    script = scripted(instant(CASES[name]))
+    async with Client(mcp, **era) as client:
+        host = GuidedHost(client, mcp, script)
+        run_id, vm_token = await host.start(name, sample_inputs(path))
+        final = await host.walk(vm_token)
+        report = await host.call("get_run", run_id=run_id)
+        again = await host.call("next_step", vm_token=vm_token, wait_s=0)
+    assert (final["status"], _error_tail(final.get("error"))) == (
+        expected.status, _error_tail(expected.error))
+    assert again["status"] == final["status"]  # a finished run stays finished
+    assert call_counts(script) == call_counts(reference)
+    assert (report["sessions"], report["reused"]) == (expected.sessions, expected.reused)
+    got = bindings_of(root, run_id)
+    assert got == bindings_of(tmp_path / "ref", expected.run_id)
+    if expected.status == "completed":
+        assert sorted(o["name"] for o in final.get("outputs", [])) == sorted(expected.outputs)
+        assert {o["name"]: got[(o["name"], None)] for o in final.get("outputs", [])} == {
+            k: str(v) for k, v in expected.outputs.items()}
+    for reply in host.replies:  # confirmations name where a value is, never the value
+        assert "done: first point" not in reply["_text"]
+
+
+PARALLEL = """\
+parallel:
+  a = session "Alpha"
+  b = session "Beta"
+  c = session "Gamma"
+output joined = session "Join"
+  context: { a, b, c }
+"""
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_parallel_items_pending_together_completed_in_reverse(era, tmp_path):
+    (tmp_path / "p.prose").write_text(PARALLEL)
+    mcp = create_server(tmp_path, home=tmp_path / "home", watch=False)
+    async with Client(mcp, **era) as client:
+        host = GuidedHost(client, mcp, scripted({}))
+        run_id, vm_token = await host.start("p.prose", {})
+        step = await host.call("next_step", vm_token=vm_token, wait_s=5)
+        pending = step["pending"]
+        assert sorted(item["binding"] for item in pending) == ["a", "b", "c"]
+        assert all(item["kind"] == "session" for item in pending)
+        for item in sorted(pending, key=lambda i: i["binding"], reverse=True):
+            written = await host.call("write_binding", token=item["token"],
+                                      value=f"value of {item['binding']}", summary="ok")
+            assert written["binding"] == item["binding"] and written["bytes"] == 10
+            assert "value of" not in written["_text"]
+        with pytest.raises(Refused, match="writes its binding once"):  # a token writes once
+            await host.call("write_binding", token=pending[0]["token"], value="other")
+        (join,) = (await host.call("next_step", vm_token=vm_token, wait_s=5))["pending"]
+        assert join["binding"] == "joined"
+        for name in "abc":
+            read = await host.call("read_binding", token=join["token"], name=name)
+            assert read["value"] == f"value of {name}"
+        await host.call("write_binding", token=join["token"], value="all three")
+        final = await host.call("next_step", vm_token=vm_token, wait_s=5)
+    assert final["status"] == "completed"
+    assert [o["name"] for o in final["outputs"]] == ["joined"]
+    assert bindings_of(tmp_path, run_id) == {
+        ("a", None): "value of a", ("b", None): "value of b", ("c", None): "value of c",
+        ("joined", None): "all three"}
