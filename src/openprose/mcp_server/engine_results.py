@@ -33,7 +33,7 @@ class PendingItem(BaseModel):
     def text(self) -> str:
         if self.kind == "session":
             attempt = f" (attempt {self.attempt})" if self.attempt else ""
-            return f"## session {self.token} -> {self.binding}{attempt}\n{self.brief}"
+            return f"## session -> {self.binding}{attempt}\n{self.brief}"
         lines = [f"## judgment {self.token}: {self.condition}"]
         if self.options:
             lines.append("options: " + " | ".join(self.options))

@@ -337,24 +337,25 @@ def _checked_verdict(request: JudgeRequest, value: bool | str) -> bool | str:
 
 
 def session_brief(request: SessionRequest, token: str, run_label: str = "") -> str:
-    """The complete instructions for whoever runs the session (a subagent, or the host)."""
-    where = f" of run {run_label}" if run_label else ""
-    lines = [f"You are one session{where} of an OpenProse program. Do this task:", "",
+    """The complete instructions for whoever runs the session (a subagent, or the host):
+    the task, then how to read its context and how to finish, with the token last."""
+    where = f" (run {run_label})" if run_label else ""
+    lines = [f"You are one session of an OpenProse program{where}. Your task:", "",
              request.prompt.strip(), ""]
     if request.system:
-        lines += ["Your role (the agent's instructions):", request.system.strip(), ""]
+        lines += ["Your role:", request.system.strip(), ""]
     if request.model:
         lines.append(f"Preferred model: {request.model}.")
     if request.skills:
         lines.append("Skills to use: " + ", ".join(request.skills) + ".")
     if request.context:
-        lines.append("Context, by reference: read what you need with read_binding(token, name, "
-                     "offset, limit):")
-        lines += [f"- {item.name} ({len(item.text)} characters)" for item in request.context]
+        lines.append("Context (read what you need with read_binding(token, name, offset, "
+                     "limit)): " + ", ".join(f"{item.name} ({len(item.text)} chars)"
+                                             for item in request.context))
     if request.persistent:
-        lines.append("You are a persistent agent: read_memory(token) first; before you finish, "
-                     "write_memory(token, text) with a compact account of what to remember.")
-    lines += ["", f"Finish by calling write_binding(token=\"{token}\", value=<your complete "
-              f"result>, summary=<one line>). If you cannot do the task, call "
-              f"fail_session(token=\"{token}\", error=<why>)."]
+        lines.append("You are a persistent agent: read_memory(token) first, and before you "
+                     "finish write_memory(token, text) with what to remember.")
+    lines += ["Finish with write_binding(token, value=<your complete result>, summary=<one "
+              "line>), or fail_session(token, error=<why>) if you cannot do the task.",
+              f"token: {token}"]
     return "\n".join(lines)
