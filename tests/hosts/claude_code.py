@@ -41,7 +41,9 @@ def claude_env(home: Path, api_url: str | None = None) -> dict[str, str]:
            "PATH": f"{PROSE.parent}{os.pathsep}{keep.get('PATH', '')}",
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
            "DISABLE_AUTOUPDATER": "1", "ENABLE_TOOL_SEARCH": "false",
-           "MCP_CONNECTION_NONBLOCKING": "false"}
+           "MCP_CONNECTION_NONBLOCKING": "false",
+           # prose serve can take seconds to start on a busy machine: wait for it.
+           "CLAUDE_CODE_MCP_STARTUP_WAIT_MS": "60000", "MCP_TIMEOUT": "60000"}
     if api_url is not None:
         env |= {"ANTHROPIC_API_KEY": "sk-test-fake", "ANTHROPIC_BASE_URL": api_url}
     return env

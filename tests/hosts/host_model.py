@@ -1,0 +1,187 @@
+"""A scripted "host model" for Claude Code that follows the open-prose skill: the main agent
+activates the skill, starts the run with our tools and hands every session to a subagent
+(Claude Code's ``Agent`` tool, all of a parallel block's sessions in one message); each
+subagent reads its context and writes its own binding with ``write_binding``.
+
+The policy is a function of the request alone (Claude Code resends the whole conversation each
+turn), so it works however the host interleaves its main agent and subagents. A session's
+answer is ``result: <first line of its task>``, which :data:`REFERENCE_SCRIPT` gives the
+scripted provider too, so ``prose run`` of the same program leaves the same bindings."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tests.hosts.claude_code import TOOL_PREFIX
+from tests.hosts.fake_messages import Block, Reply, text, tool_use
+
+#: The same answers for ``prose run`` on the scripted provider.
+REFERENCE_SCRIPT = {"sessions": [{"match": r"\A([^\n]*)", "output": r"result: \1"}]}
+SESSION_MARK = "You are one session of"
+
+
+def answer(task: str) -> str:
+    return f"result: {task.strip().splitlines()[0]}"
+
+
+@dataclass
+class Call:
+    """One tool use of the conversation and the text of its result."""
+
+    name: str
+    input: dict[str, Any]
+    result: str | None
+    turn: int  # index of the assistant message that made it
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The result as the model got it: Claude Code passes an MCP tool's structured
+        content (JSON) when it has one."""
+        try:
+            found = json.loads(self.result or "")
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
+
+
+def _texts(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(block.get("text", "") for block in content
+                     if isinstance(block, dict) and block.get("type") == "text")
+
+
+def first_user_text(body: dict) -> str:
+    return next(_texts(m["content"]) for m in body["messages"] if m["role"] == "user")
+
+
+def calls(body: dict) -> list[Call]:
+    """The tool uses of the conversation, in order, with their results' text."""
+    results: dict[str, str] = {}
+    for message in body["messages"]:
+        if message["role"] == "user" and isinstance(message["content"], list):
+            for block in message["content"]:
+                if block.get("type") == "tool_result":
+                    results[block["tool_use_id"]] = _texts(block.get("content") or "")
+    found: list[Call] = []
+    turns = [m for m in body["messages"] if m["role"] == "assistant"]
+    for turn, message in enumerate(turns):
+        for block in message["content"] if isinstance(message["content"], list) else ():
+            if block.get("type") == "tool_use":
+                name = block["name"].removeprefix(TOOL_PREFIX)
+                found.append(Call(name, block["input"], results.get(block["id"]), turn))
+    return found
+
+
+def ours(tool: str, **arguments: Any) -> Block:
+    return tool_use(TOOL_PREFIX + tool, arguments)
+
+
+def subagent(prompt: str, name: str) -> Block:
+    return tool_use("Agent", {"description": f"OpenProse session {name}", "prompt": prompt,
+                              "subagent_type": "general-purpose", "run_in_background": False})
+
+
+class HostModel:
+    """The fake model's policy for ``mode`` ("guided" or "embodied") running ``program``."""
+
+    def __init__(self, mode: str, program: str, inputs: dict[str, str],
+                 sessions: dict[str, tuple[str, list[str]]] | None = None) -> None:
+        self.mode = mode
+        self.program = program
+        self.inputs = inputs
+        #: embodied: what the model reads in the program — binding → (prompt, context)
+        self.sessions = sessions or {}
+        self.bodies: list[dict] = []
+
+    def __call__(self, body: dict) -> Reply:
+        self.bodies.append(body)
+        if SESSION_MARK in first_user_text(body):
+            return self.session(body)
+        history = calls(body)
+        if not history:
+            return Reply([tool_use("Skill", {"skill": "openprose:open-prose",
+                                             "args": f"run {self.program}"})])
+        if history[-1].name == "Skill":
+            mode = {"mode": "guided"} if self.mode == "guided" else {}
+            return Reply([ours("start_run", program=self.program, inputs=self.inputs, **mode)])
+        vm_token = _vm_token(history)
+        if self.mode == "guided":
+            return self.guided(history, vm_token)
+        return self.embodied(history, vm_token)
+
+    # ------------------------------------------------------------------ the main agent
+
+    def guided(self, history: list[Call], vm_token: str) -> Reply:
+        last = history[-1]
+        if last.name != "next_step":
+            return Reply([ours("next_step", vm_token=vm_token, wait_s=10)])
+        step = last.data
+        if step.get("status") != "running":
+            return Reply([text(f"The program finished: {step.get('status')}.")])
+        pending = step.get("pending", [])
+        sessions = [item for item in pending if item["kind"] == "session"]
+        if sessions:
+            return Reply([subagent(item["brief"], item["binding"]) for item in sessions])
+        if pending:
+            return Reply([ours("submit_verdict", token=item["token"], value=True,
+                               reason="it holds") for item in pending])
+        return Reply([ours("next_step", vm_token=vm_token, wait_s=10)])
+
+    def embodied(self, history: list[Call], vm_token: str) -> Reply:
+        """Walk the outline of ``start_run``: each session statement is spawned, then handed
+        to a subagent; a parallel block's branches are spawned together and their subagents
+        launched in one message; complete_run at the end."""
+        started = next(c.data for c in history if c.name == "start_run")
+        outline = [entry for entry in started["outline"] if entry["kind"] == "session"]
+        last = history[-1]
+        if last.name == "spawn_session":
+            spawned = [c for c in history if c.turn == last.turn]
+            return Reply([subagent(c.data["brief"], c.input["statement"]) for c in spawned])
+        if last.name == "complete_run":
+            return Reply([text(f"The program finished: {last.data.get('status')}.")])
+        done = {c.input["statement"] for c in history if c.name == "spawn_session"}
+        todo = [entry for entry in outline if entry["id"] not in done]
+        if not todo:
+            return Reply([ours("complete_run", vm_token=vm_token)])
+        group = [e for e in todo if e["parent"] == todo[0]["parent"]] \
+            if todo[0]["parent"] else todo[:1]  # a parallel block's branches together
+        return Reply([ours("spawn_session", vm_token=vm_token, statement=entry["id"],
+                           prompt=self.sessions[entry["binds"]][0],
+                           context=self.sessions[entry["binds"]][1]) for entry in group])
+
+    # ------------------------------------------------------------------ a subagent
+
+    def session(self, body: dict) -> Reply:
+        """Read the context the brief names, write the binding, confirm in one line."""
+        brief = first_user_text(body)
+        token = re.search(r"(?:token: |Your session token: )(\S+)", brief)
+        task = re.search(r"(?:Your task:\n\n|\nTask:\n)(.*)", brief)
+        assert token and task, f"not a session brief: {brief[:300]}"
+        history = calls(body)
+        if not history:
+            names = _context_names(brief)
+            if names:
+                return Reply([ours("read_binding", token=token.group(1), name=name)
+                              for name in names])
+        if not any(c.name == "write_binding" for c in history):
+            return Reply([ours("write_binding", token=token.group(1),
+                               value=answer(task.group(1)), summary="done")])
+        return Reply([text("Written.")])
+
+
+def _vm_token(history: list[Call]) -> str:
+    started = next(c for c in history if c.name == "start_run")
+    assert "vm_token" in started.data, f"start_run gave no vm_token: {started.result}"
+    return str(started.data["vm_token"])
+
+
+def _context_names(brief: str) -> list[str]:
+    guided = re.search(r"read_binding\(token, name, offset, limit\)\): (.*)", brief)
+    if guided:
+        return re.findall(r"(\w+) \(\d+ chars\)", guided.group(1))
+    embodied = re.search(r"before you start: (.*)\.", brief)
+    return [n.strip() for n in embodied.group(1).split(",")] if embodied else []
