@@ -1,6 +1,6 @@
 """MCP server benchmark (issue 11, done-when 4).
 
-    python bench/mcp.py [--sections results,tools,round-trip] [--trips 200]
+    python bench/mcp.py [--sections results,tools,round-trip,...] [--trips 200] [--statements 200]
 
 Starts the installed ``prose serve`` (the ``prose`` beside this Python) in a throwaway project
 and talks to it over a real stdio pipe with the SDK's client, as a host does. Sections:
@@ -14,6 +14,15 @@ and talks to it over a real stdio pipe with the SDK's client, as a host does. Se
   value over stdio, call to result, each on its own session. Target: <= 2 ms. Beside it, the
   same for ``read_binding`` of that value, which writes nothing: what the pipe and the SDK
   cost without the durable commit.
+- ``guided-overhead`` (issue 12): per-statement wall time of a guided run of ``--statements``
+  sequential sessions, the host answering each at once (next_step, write_binding), against
+  ``prose run``'s engine on the scripted provider in process. Target: <= 2x.
+- ``guided-bytes`` (issue 12): bytes a host reads per guided session (the next_step result
+  carrying it and the write_binding confirmation) for 1 KB and 1 MB values. Target: <= 1.5 KB,
+  the same for both.
+- ``plugin`` (issue 13): bytes of our tool descriptions a host sends with every turn, and
+  Claude Code's projected token cost of the plugin (``claude plugin details``, with Claude Code
+  from ``OPENPROSE_TEST_CLAUDE`` or PATH, in a throwaway HOME).
 
 A section is a function taking the connected client and the options and printing its lines;
 add one to ``SECTIONS``.
@@ -23,7 +32,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +51,7 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 PROSE = str(Path(sys.executable).with_name("prose"))
+REPO = Path(__file__).resolve().parents[1]
 KB, MB = 1024, 1024 * 1024
 DIGEST = 'input material: "what to digest"\nlet digest = session "Digest the material"\n' \
          "  context: material\n"
@@ -130,11 +143,110 @@ async def section_round_trip(client: Client, options: argparse.Namespace) -> Non
                  " (no durable write: the pipe and the SDK's share)"))
 
 
+async def guided_walk(client: Client, source: str, value: str,
+                      inputs: dict[str, str] | None = None) -> list[Any]:
+    """Run ``source`` guided, the host writing ``value`` for every session at once: each
+    next_step result that carried a session, and each write_binding confirmation."""
+    started = await call(client, "start_run", program=source, inputs=inputs or {},
+                         mode="guided")
+    vm = started.structured_content["vm_token"]
+    seen: list[Any] = []
+    while True:
+        step = await call(client, "next_step", vm_token=vm, wait_s=5.0)
+        content = step.structured_content
+        if content["status"] != "running":
+            if content["status"] != "completed":
+                raise SystemExit(f"guided run ended {content['status']}: {content}")
+            return seen
+        sessions = [item for item in content.get("pending", []) if item["kind"] == "session"]
+        if sessions:
+            seen.append(step)
+        for item in sessions:
+            seen.append(await call(client, "write_binding", token=item["token"], value=value,
+                                   summary="done"))
+
+
+async def section_guided_overhead(client: Client, options: argparse.Namespace) -> None:
+    from openprose.engine import runner
+    from openprose.engine.interpreter import Options
+    from openprose.engine.scripted import ScriptedProvider
+    from openprose.language import compile_or_raise
+
+    n = options.statements
+    source = "".join(f'let part{i} = session "Write part {i}"\n' for i in range(n))
+    began = time.perf_counter()
+    await guided_walk(client, source, "w" * 100)
+    guided = (time.perf_counter() - began) / n
+    with tempfile.TemporaryDirectory(prefix="prose-bench-run-") as tmp:
+        job = runner.Job(source=source, file="bench.prose",
+                         program=compile_or_raise(source, "bench.prose"),
+                         project_root=Path(tmp), options=Options())
+        provider = ScriptedProvider({"default_output": "w" * 100})
+        began = time.perf_counter()
+        outcome = await runner.execute(job, provider)
+        scripted = (time.perf_counter() - began) / n
+    if outcome.status != "completed":
+        raise SystemExit(f"prose run ended {outcome.status}: {outcome.error}")
+    print(f"guided run, {n} sequential sessions, host answering at once over stdio "
+          "(next_step + write_binding per session)")
+    print(f"  per statement: guided {guided * 1e3:.2f} ms, prose run (scripted, in process) "
+          f"{scripted * 1e3:.2f} ms: {guided / scripted:.2f}x (target <= 2x)")
+
+
+async def section_guided_bytes(client: Client, options: argparse.Namespace) -> None:
+    print("guided: bytes a host reads per session (next_step with one session + its "
+          "write_binding confirmation; JSON, text and structured; target <= 1536, same for "
+          "both)")
+    print(f"{'value':<8} {'next_step':>10} {'write':>8} {'total':>8}")
+    for label, size in (("1 KB", KB), ("1 MB", MB)):
+        step, written = await guided_walk(client, DIGEST, "d" * size, {"material": "m" * size})
+        sizes = wire_bytes(step), wire_bytes(written)
+        print(f"{label:<8} {sizes[0]:>10} {sizes[1]:>8} {sum(sizes):>8}")
+
+
+async def section_plugin(client: Client, options: argparse.Namespace) -> None:
+    """What the Claude Code plugin costs a host's context: Claude Code's own projection of
+    the skill (``claude plugin details``) and the tool descriptions sent with every turn."""
+    listed = await client.list_tools()
+    prefix = "mcp__plugin_openprose_openprose__"
+    carried = [len(json.dumps({"name": prefix + tool.name, "description": tool.description,
+                               "input_schema": tool.input_schema}).encode())
+               for tool in listed.tools]
+    print(f"tool descriptions a host sends the model every turn: {sum(carried)} bytes for "
+          f"{len(carried)} tools (name, description, input schema as Claude Code names them)")
+    claude = os.environ.get("OPENPROSE_TEST_CLAUDE") or shutil.which("claude")
+    if not claude:
+        print("claude plugin details: skipped (Claude Code not found: set "
+              "OPENPROSE_TEST_CLAUDE or put claude on PATH)")
+        return
+    with tempfile.TemporaryDirectory(prefix="prose-bench-claude-") as home:
+        env = {**os.environ, "HOME": home, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+               "DISABLE_TELEMETRY": "1"}
+        for args in (["plugin", "marketplace", "add", str(REPO)],
+                     ["plugin", "install", "openprose@openprose"],
+                     ["plugin", "details", "openprose"]):
+            done = subprocess.run([claude, *args], env=env, cwd=home, capture_output=True,
+                                  text=True, timeout=120)
+            if done.returncode != 0:
+                raise SystemExit(f"claude {' '.join(args)}: {done.stdout}{done.stderr}")
+    lines = done.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Projected")), None)
+    if start is None:
+        raise SystemExit(f"claude plugin details printed no projection:\n{done.stdout}")
+    print("claude plugin details openprose (Claude Code's projection):")
+    for line in lines[start + 1:]:
+        if line.strip() and not line.strip().startswith(("On-invoke cost", "Token counts")):
+            print("  " + line.strip())
+
+
 Section = Callable[[Client, argparse.Namespace], Awaitable[None]]
 SECTIONS: dict[str, Section] = {
     "results": section_results,
     "tools": section_tools,
     "round-trip": section_round_trip,
+    "guided-overhead": section_guided_overhead,
+    "guided-bytes": section_guided_bytes,
+    "plugin": section_plugin,
 }
 
 
@@ -156,6 +268,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"comma-separated, from {', '.join(SECTIONS)}")
     parser.add_argument("--trips", type=int, default=200,
                         help="write_binding calls timed in round-trip")
+    parser.add_argument("--statements", type=int, default=200,
+                        help="sessions of the program timed in guided-overhead")
     options = parser.parse_args(argv)
     options.sections = [name.strip() for name in options.sections.split(",") if name.strip()]
     unknown = [name for name in options.sections if name not in SECTIONS]
