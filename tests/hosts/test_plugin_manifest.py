@@ -1,6 +1,6 @@
 """The Claude Code plugin in ``skill/`` and the marketplace at the repository root: their
 manifests agree with the package, Claude Code's own validator accepts them, and a user can add
-the marketplace and install the plugin."""
+the marketplace and install the plugin, whose server ``claude mcp list`` then reports connected."""
 
 from __future__ import annotations
 
@@ -86,3 +86,7 @@ def test_marketplace_add_then_install_enables_the_plugin(tmp_path: Path) -> None
     assert "openprose@openprose" in listing
     assert f"Version: {version('openprose')}" in listing
     assert "enabled" in listing
+    # Claude Code starts the plugin's server (prose serve) and finds it healthy.
+    health = run_claude(["mcp", "list"], home, tmp_path)
+    assert re.search(r"plugin:openprose:openprose: prose serve - \W*Connected", health.stdout), \
+        health.stdout + health.stderr
