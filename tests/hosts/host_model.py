@@ -20,7 +20,8 @@ from tests.hosts.fake_messages import Block, Reply, text, tool_use
 
 #: The same answers for ``prose run`` on the scripted provider.
 REFERENCE_SCRIPT = {"sessions": [{"match": r"\A([^\n]*)", "output": r"result: \1"}]}
-SESSION_MARK = "You are one session of"
+#: Both briefs (a guided next_step item, an embodied spawn_session) end this way.
+SESSION_MARK = "write_binding(token, value=<your complete"
 
 
 def answer(task: str) -> str:
@@ -158,7 +159,7 @@ class HostModel:
     def session(self, body: dict) -> Reply:
         """Read the context the brief names, write the binding, confirm in one line."""
         brief = first_user_text(body)
-        token = re.search(r"(?:token: |Your session token: )(\S+)", brief)
+        token = re.search(r"(?:token: |Token: )(\S+)", brief)
         task = re.search(r"(?:Your task:\n\n|\nTask:\n)(.*)", brief)
         assert token and task, f"not a session brief: {brief[:300]}"
         history = calls(body)
@@ -183,5 +184,5 @@ def _context_names(brief: str) -> list[str]:
     guided = re.search(r"read_binding\(token, name, offset, limit\)\): (.*)", brief)
     if guided:
         return re.findall(r"(\w+) \(\d+ chars\)", guided.group(1))
-    embodied = re.search(r"before you start: (.*)\.", brief)
+    embodied = re.search(r"with read_binding\(token, name\): (.*)\.", brief)
     return [n.strip() for n in embodied.group(1).split(",")] if embodied else []

@@ -79,13 +79,15 @@ def block_infos(outline: Outline) -> list[BlockInfo]:
 
 
 class SpawnResult(BaseModel):
-    """The grant; the subagent's brief is the text content (sent once, not twice)."""
+    """The grant and the subagent's brief. The brief is also the text content: Claude Code
+    shows its model a tool's structured content (not the text) when the tool has one."""
 
     session_token: str
     statement: str
     binding: str
     execution_id: int | None
     location: str
+    brief: str
 
 
 class WriteResult(BaseModel):

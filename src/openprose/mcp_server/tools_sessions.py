@@ -155,7 +155,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         text = brief(driven, st, pending, granted.token, prompt, [r.name for r in refs],
                      definition, memory)
         result = SpawnResult(session_token=granted.token, statement=st.id, binding=ref.name,
-                             execution_id=ref.execution_id, location=granted.binding_location)
+                             execution_id=ref.execution_id, location=granted.binding_location,
+                             brief=text)
         return reply(result, text)
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
