@@ -61,11 +61,8 @@ def root(tmp_path: Path) -> Path:
 
 
 def fingerprint(root: Path, run_id: str) -> dict[str, bytes]:
-    """Every file of the run, byte for byte (the driver lock's file records who last drove
-    the run: it is not the run's content)."""
     base = root / ".prose" / "runs" / run_id
-    return {str(p.relative_to(base)): p.read_bytes() for p in base.rglob("*")
-            if p.is_file() and p.name != "driver.lock"}
+    return {str(p.relative_to(base)): p.read_bytes() for p in base.rglob("*") if p.is_file()}
 
 
 class Run:
