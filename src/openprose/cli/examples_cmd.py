@@ -92,4 +92,4 @@ def _run(example: object, provider_name: str, inputs: tuple[str, ...], backend: 
         job = runner.Job(source=example.source, file=str(path),
                          program=result.program, imports=imports, inputs=values,
                          project_root=project, backend=backend)
-        _execute(job, provider, as_json)
+        _execute(job, provider, as_json, str(project))

@@ -20,6 +20,7 @@ from openprose.language import compile as compile_program
 
 BACKENDS = ["filesystem", "sqlite", "postgres"]
 PROVIDERS = ["anthropic", "scripted"]
+CONCURRENCY = 16
 MAX_INPUT_FILE = 10 * 1024 * 1024  # --input NAME=@FILE reads at most this much
 
 
@@ -78,12 +79,14 @@ def _common(fn: Any) -> Any:
     options = [
         click.option("--state", "backend", type=click.Choice(BACKENDS), default=None,
                      help="State backend (default: filesystem; resume: the run's own)."),
-        click.option("--provider", type=click.Choice(PROVIDERS), default="anthropic",
-                     show_default=True, help="Who runs sessions and judges conditions."),
+        click.option("--provider", type=click.Choice(PROVIDERS), default=None,
+                     help="Who runs sessions and judges conditions (default: anthropic; "
+                          "resume: the run's own)."),
         click.option("--script", type=click.Path(dir_okay=False),
-                     help="Script file for --provider scripted."),
-        click.option("--max-concurrency", type=click.IntRange(1, 1000), default=16,
-                     show_default=True, help="Most model calls in flight at once."),
+                     help="Script file for --provider scripted (resume: the run's own)."),
+        click.option("--max-concurrency", type=click.IntRange(1, 1000), default=None,
+                     help=f"Most model calls in flight at once (default: {CONCURRENCY}; "
+                          "resume: the run's own)."),
         click.option("--json", "as_json", is_flag=True,
                      help="Print one JSON result: run_id, status, outputs, sessions, tokens."),
         click.option("--project", type=click.Path(file_okay=False), default=".",
@@ -102,8 +105,8 @@ def _common(fn: Any) -> Any:
               help="Walk the program without a model: sessions and judgments per construct.")
 @_common
 def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str | None,
-                provider: str, script: str | None, max_concurrency: int, as_json: bool,
-                project: str) -> None:
+                provider: str | None, script: str | None, max_concurrency: int | None,
+                as_json: bool, project: str) -> None:
     """Run an OpenProse program."""
     try:
         source = Path(file).read_text(encoding="utf-8")
@@ -130,9 +133,9 @@ def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str 
     values = _parse_inputs(inputs)
     job = runner.Job(source=source, file=file, program=result.program, imports=imports,
                      inputs=values, project_root=Path(project), backend=backend or "filesystem",
-                     max_concurrency=max_concurrency,
                      ask=_asker(as_json))
-    _execute(job, _provider(provider, script, project), as_json)
+    _how(job, provider or "anthropic", script, max_concurrency or CONCURRENCY)
+    _execute(job, _provider(job.settings["provider"], script, project), as_json, project)
 
 
 @click.command("resume")
@@ -144,21 +147,52 @@ def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str 
                    "refused where a recorded step no longer matches.")
 @_common
 def resume_command(run_id: str, inputs: tuple[str, ...], program_file: str | None,
-                   backend: str | None, provider: str,
-                   script: str | None, max_concurrency: int, as_json: bool,
+                   backend: str | None, provider: str | None,
+                   script: str | None, max_concurrency: int | None, as_json: bool,
                    project: str) -> None:
-    """Continue an interrupted or failed run: finished sessions are not called again."""
+    """Continue an interrupted or failed run: finished sessions are not called again.
+    Provider, script, state backend and concurrency are the run's own unless given."""
     from openprose.engine import runner
     from openprose.engine.errors import EngineError
 
     try:
         job = runner.resume_job(run_id, Path(project), backend, program_file,
-                                max_concurrency=max_concurrency, ask=_asker(as_json))
+                                ask=_asker(as_json))
     except EngineError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
     job.inputs.update(_parse_inputs(inputs))
-    _execute(job, _provider(provider, script, project), as_json)
+    was = job.recorded
+    provider = provider or was.get("provider") or "anthropic"
+    if script is None and provider == was.get("provider"):
+        script = was.get("script")
+    _how(job, provider, script, max_concurrency or was.get("max_concurrency") or CONCURRENCY)
+    try:
+        chosen = _provider(provider, script, project)
+    except BaseException:
+        if job.driver is not None:
+            job.driver.release()
+        raise
+    _execute(job, chosen, as_json, project)
+
+
+def _how(job: Any, provider: str, script: str | None, max_concurrency: int) -> None:
+    """How the job runs, to be recorded in the run (a script by its absolute path, so the
+    resume hint works from anywhere)."""
+    job.max_concurrency = max_concurrency
+    job.settings = {"provider": provider,
+                    "script": str(Path(script).resolve()) if script else None,
+                    "max_concurrency": max_concurrency}
+
+
+def resume_hint(run_id: str, project: str = ".") -> str:
+    """The command that resumes ``run_id``, as typed where this process was started."""
+    import shlex
+
+    command = f"prose resume {run_id}"
+    if Path(project).resolve() != Path.cwd().resolve():
+        command += f" --project {shlex.quote(str(Path(project).resolve()))}"
+    return command
 
 
 def _asker(as_json: bool) -> Any:
@@ -214,7 +248,7 @@ class _Stop:
             os._exit(130)
 
 
-def _execute(job: Any, provider: Any, as_json: bool, project: str = ".") -> None:
+def _execute(job: Any, provider: Any, as_json: bool, project: str) -> None:
     from openprose.engine import runner
     from openprose.engine.progress import Progress
     from openprose.state import StateError
@@ -227,8 +261,8 @@ def _execute(job: Any, provider: Any, as_json: bool, project: str = ".") -> None
         if job.run_id is None:
             click.echo("\ninterrupted before the run started", err=True)
         else:
-            click.echo(f"\ninterrupted; the run is consistent: prose resume {job.run_id}",
-                       err=True)
+            click.echo(f"\ninterrupted; the run is consistent: "
+                       f"{resume_hint(job.run_id, project)}", err=True)
         sys.stderr.flush()
 
     async def drive(listener: Any) -> Any:
@@ -255,11 +289,11 @@ def _execute(job: Any, provider: Any, as_json: bool, project: str = ".") -> None
     if as_json:
         click.echo(json.dumps(outcome.to_dict(), ensure_ascii=False, default=str))
     else:
-        _print_outcome(outcome)
+        _print_outcome(outcome, project)
     sys.exit(outcome.exit_code)
 
 
-def _print_outcome(outcome: Any) -> None:
+def _print_outcome(outcome: Any, project: str) -> None:
     cost = f", ${outcome.cost_usd:.4f}" if outcome.cost_usd else ""
     click.echo(f"run {outcome.run_id}: {outcome.status} ({outcome.sessions} sessions, "
                f"{outcome.reused} reused, {outcome.tokens} tokens{cost})", err=True)
@@ -267,8 +301,11 @@ def _print_outcome(outcome: Any) -> None:
         click.echo(f"warning: {warning}", err=True)
     if outcome.error:
         click.echo(f"error: {outcome.error}", err=True)
-        if not outcome.usage_error:
-            click.echo(f"resume with: prose resume {outcome.run_id}", err=True)
+        if outcome.missing_input:
+            click.echo(f"resume with: {resume_hint(outcome.run_id, project)} "
+                       f"--input {outcome.missing_input}=VALUE", err=True)
+        elif not outcome.usage_error:
+            click.echo(f"resume with: {resume_hint(outcome.run_id, project)}", err=True)
     from openprose.engine.values import to_text
 
     for name, value in outcome.outputs.items():

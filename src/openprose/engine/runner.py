@@ -50,6 +50,11 @@ class Job:
     options: Options | None = None
     #: The run's driver lock, once taken (``resume_job`` takes it; ``execute`` otherwise).
     driver: state.DriverLock | None = None
+    #: How this run is driven (provider name, script path, max_concurrency; never a key or
+    #: secret), recorded in the run with its backend, so a resume needs no flags.
+    settings: dict[str, Any] = field(default_factory=dict)
+    #: How the run was last driven, as recorded (``resume_job`` reads it).
+    recorded: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -64,6 +69,8 @@ class Outcome:
     error: str | None = None
     usage_error: bool = False
     warnings: list[str] = field(default_factory=list)
+    #: The input the run paused for (it resumes once given).
+    missing_input: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -78,6 +85,10 @@ class Outcome:
                 "sessions": self.sessions, "reused": self.reused, "tokens": self.tokens,
                 "cost_usd": round(self.cost_usd, 6),
                 "error": self.error, "warnings": self.warnings}
+
+
+#: Journal key of the record of how a run was driven (``ns:`` keys are not program steps).
+SETTINGS_KEY = "run:settings"
 
 
 def load_imports(program: n.Program, file: str, project_root: Path) -> dict[str, Imported]:
@@ -111,6 +122,7 @@ def resume_job(run_id: str, project_root: Path, backend: str | None,
             raise ResumeMismatch(f"the program of run {run_id} no longer compiles")
         imports = load_imports(result.program, file, project_root)
         inputs = recorded_inputs(run, result.program)
+        recorded = run_settings(run)
     except BaseException as err:
         if driver is not None:
             driver.release()
@@ -121,12 +133,26 @@ def resume_job(run_id: str, project_root: Path, backend: str | None,
         store.close()
     return Job(source=source, file=file, program=result.program, project_root=project_root,
                backend=store.kind, inputs=inputs, imports=imports, run_id=run_id,
-               driver=driver, **settings)
+               driver=driver, recorded=recorded, **settings)
+
+
+def run_settings(run: state.Run) -> dict[str, Any]:
+    """How ``run`` was last driven (empty when it never said)."""
+    entry = run.journal(SETTINGS_KEY)
+    if entry is None:
+        return {}
+    return {key: value for key, value in entry.meta.items() if key != "at"}
 
 
 def _find_backend(project_root: Path, run_id: str) -> str:
+    """Where a run lives: a local run directory says filesystem or SQLite; otherwise it is on
+    PostgreSQL when the project has one configured (its directory holds only copies)."""
     runs = project_root / ".prose" / "runs" / run_id
-    return "sqlite" if (runs / "state.db").exists() else "filesystem"
+    if (runs / "state.db").exists():
+        return "sqlite"
+    if (runs / "run.json").exists() or not state.postgres_url(project_root.resolve()):
+        return "filesystem"
+    return "postgres"
 
 
 async def execute(job: Job, provider: Provider, listener: Listener | None = None,
@@ -165,6 +191,11 @@ def _release(job: Job) -> None:
 async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Provider,
                  listener: Listener | None, on_start: Callable[[str], None] | None,
                  resumed: bool) -> Outcome:
+    if job.settings:
+        how = {**job.settings, "backend": store.kind}
+        if how != job.recorded:
+            run.record_result(SETTINGS_KEY, status="settings", meta=how)
+            job.recorded = how
     if on_start is not None:
         on_start(run.id)
     # A resumed run's state.md changes from its first new session or verdict on: replaying
@@ -193,6 +224,7 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
         outcome.error, outcome.usage_error, refused = str(err), True, True
     except MissingInput as err:
         outcome.error, outcome.usage_error = str(err), True
+        outcome.missing_input = err.name
     except EngineError as err:
         outcome.error = f"{type(err).__name__}: {err}"
     except state.StateError as err:  # a full disk, state damaged under the run

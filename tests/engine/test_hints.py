@@ -1,0 +1,121 @@
+"""The run remembers how it was run (provider, script, state backend, concurrency; never a
+key), so every resume hint `prose run`/`prose resume` prints works exactly as printed: here
+each hint is run as printed, without flags, and the run completes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+
+import pytest
+from tests.engine.cli_procs import (
+    BACKENDS,
+    CLI,
+    SCRIPTED,
+    make_project,
+    prose,
+    starts,
+    stop,
+    wait_for,
+)
+
+from openprose.state import open_store
+
+PROGRAM = '''\
+let a = session "step A"
+let b = session "step B"
+output o = session "final"
+  context: { a, b }
+'''
+SCRIPT = '''\
+latency: 0.5
+call_log: calls.jsonl
+sessions:
+  - match: "step (\\\\w)"
+    output: "did \\\\1"
+  - match: "final"
+    output: "final"
+'''
+FAILING = SCRIPT.replace('output: "final"', 'fail: 9\n    error: outage')
+
+
+@pytest.fixture
+def env(monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)  # a hint must not need one
+    return os.environ.copy()
+
+
+@pytest.fixture
+def project(tmp_path, backend, monkeypatch):
+    yield from make_project(tmp_path / "project", PROGRAM, SCRIPT, backend, monkeypatch)
+
+
+def _hint(err: str, prefix: str) -> list[str]:
+    lines = [line for line in err.splitlines() if line.startswith(prefix)]
+    assert lines, err
+    command = shlex.split(lines[-1][len(prefix):])
+    assert command[:2] == ["prose", "resume"], lines[-1]
+    return command[1:]
+
+
+def _as_printed(args: list[str], cwd, env) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args, "--json"], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_interrupt_hint_resumes_as_printed(project, backend, env):
+    run = prose(project, "run", "p.prose", "--state", backend, *SCRIPTED,
+                "--max-concurrency", "3", name="run")
+    try:
+        wait_for(lambda: len(starts(project)) >= 1, "a session's start", run)
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=120) == 130
+    finally:
+        stop(run)
+    err = (project / "run.err").read_text()
+    args = _hint(err, "interrupted; the run is consistent: ")
+    assert args[2:] == []  # no flags: the run knows its provider, script and backend
+    done = _as_printed(args, project, env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["outputs"] == {"o": "final"}
+    with open_store(project, backend) as store:
+        from openprose.engine.runner import run_settings
+
+        how = run_settings(store.open_run(args[1]))
+    assert how == {"provider": "scripted", "script": str((project / "s.yaml").resolve()),
+                   "max_concurrency": 3, "backend": backend}
+
+
+@pytest.mark.parametrize("backend", ["filesystem"])
+def test_the_failure_hint_resumes_as_printed_from_elsewhere(project, backend, env, tmp_path):
+    (project / "s.yaml").write_text(FAILING)
+    failed = subprocess.run([*CLI, "run", "project/p.prose", "--project", "project",
+                             *SCRIPTED[:3], "project/s.yaml"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert failed.returncode == 1, failed.stderr
+    args = _hint(failed.stderr, "resume with: ")
+    assert args[2] == "--project"
+    (project / "s.yaml").write_text(SCRIPT)  # the outage is over
+    done = _as_printed(args, tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["outputs"] == {"o": "final"}
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_the_input_hint_resumes_as_printed(project, backend, env):
+    (project / "p.prose").write_text(
+        'let a = session "step A"\ninput go: "Proceed?"\noutput o = session "final {go}"\n')
+    (project / "s.yaml").write_text("sessions:\n  - match: 'final (.+)'\n    output: 'went \\1'\n"
+                                    "default_output: ok\n")
+    paused = subprocess.run([*CLI, "run", "p.prose", "--state", backend, *SCRIPTED],
+                            cwd=project, capture_output=True, text=True, timeout=120, env=env)
+    assert paused.returncode == 2, paused.stderr
+    args = _hint(paused.stderr, "resume with: ")
+    assert args[-2:] == ["--input", "go=VALUE"]
+    done = _as_printed([*args[:-1], "go=yes"], project, env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["outputs"] == {"o": "went yes"}
