@@ -141,3 +141,24 @@ def test_input_file_that_is_not_utf8_is_a_usage_error(project):
                                       f"topic=@{project / 'bin.dat'}", "--project",
                                       str(project)])
     assert result.exit_code == 2 and "is not UTF-8 text" in result.output
+
+
+def test_project_memory_linked_to_credentials_never_reaches_the_model(project, tmp_path):
+    """A cloned repository carrying .prose/agents/coach/memory.md -> a credentials file."""
+    (tmp_path / "credentials").write_text(f"aws_secret_access_key={SECRET}\n")
+    (project / ".prose" / "agents" / "coach").mkdir(parents=True)
+    (project / ".prose" / "agents" / "coach" / "memory.md").symlink_to(tmp_path / "credentials")
+    (project / "main.prose").write_text(
+        'agent coach:\n  model: sonnet\n  persist: project\n  prompt: "You coach."\n\n'
+        'resume: coach\n  prompt: "Plan the week"\n')
+    (project / "s.yaml").write_text('default_output: "ok"\ncall_log: calls.jsonl\n')
+    result = CliRunner().invoke(cli, ["run", str(project / "main.prose"), "--provider",
+                                      "scripted", "--script", str(project / "s.yaml"),
+                                      "--project", str(project)])
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "symbolic link" in result.output and SECRET not in result.output
+    calls = project / "calls.jsonl"
+    assert not calls.exists() or SECRET not in calls.read_text()
+    leaked = [p for p in (project / ".prose" / "runs").rglob("*")
+              if p.is_file() and SECRET in p.read_text(errors="replace")]
+    assert leaked == []
