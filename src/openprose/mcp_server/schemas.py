@@ -42,9 +42,51 @@ def compact_tools(mcp: MCPServer) -> None:
     on its tool manager (argument and result validation use the models, not these dicts)."""
     for tool in mcp._tool_manager.list_tools():
         tool.description = " ".join((tool.description or "").split())
-        compact(tool.parameters)
+        compact(optional_without_null(tool.parameters))
         if tool.output_schema is not None:
-            drop_required(compact(inline_defs(tool.output_schema)))
+            outline(drop_required(compact(inline_defs(tool.output_schema))))
+
+
+def optional_without_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """An input schema whose optional parameters drop their ``null`` alternative (in place):
+    leaving one out means the same, and the arguments model still accepts an explicit null."""
+    required = set(schema.get("required", ()))
+    for name, field in schema.get("properties", {}).items():
+        options = field.get("anyOf")
+        if name in required or not isinstance(options, list) or {"type": "null"} not in options:
+            continue
+        others = [option for option in options if option != {"type": "null"}]
+        if len(others) == 1:
+            del field["anyOf"]
+            field.update(others[0])
+        else:
+            field["anyOf"] = others
+    return schema
+
+
+def outline(schema: dict[str, Any]) -> dict[str, Any]:
+    """The output schema reduced to its top-level fields and their JSON types (in place):
+    the items of a result's lists and the fields of its nested objects are read from the
+    content, not the listing every host keeps in context. The content still validates."""
+    schema.pop("description", None)
+    for name, field in schema.get("properties", {}).items():
+        types = json_types(field)
+        schema["properties"][name] = {"type": types[0] if len(types) == 1 else types} \
+            if types else {}
+    return schema
+
+
+def json_types(field: dict[str, Any]) -> list[str]:
+    """The JSON types a field's schema admits, [] when any value is (``Any``)."""
+    if "anyOf" in field:
+        options = [json_types(option) for option in field["anyOf"]]
+        if not all(options):
+            return []
+        return list(dict.fromkeys(t for option in options for t in option))
+    kind = field.get("type", "object" if "properties" in field else None)
+    if kind is None:
+        return []
+    return [kind] if isinstance(kind, str) else list(kind)
 
 
 def inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
@@ -71,7 +113,7 @@ def inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def drop_required(schema: Any) -> None:
+def drop_required(schema: Any) -> Any:
     """Results always carry every field: their schemas need not list them as required, nor
     say what a missing one defaults to."""
     if isinstance(schema, dict):
@@ -82,3 +124,4 @@ def drop_required(schema: Any) -> None:
     elif isinstance(schema, list):
         for item in schema:
             drop_required(item)
+    return schema
