@@ -2,7 +2,9 @@
 
 The session gets tools bound to its capability — read a context binding, write its own
 binding, and (persistent agents) read/write its memory — so it writes its output itself, as
-the state contract says. Conditions are judged with one forced ``verdict`` tool call.
+the state contract says. Conditions are judged with a forced ``verdict`` tool call, given the
+statement's program lines and the bindings in scope (a judgment may first read a value shown
+only in part with ``read_binding``).
 Rate limits, overload, 5xx and timeouts are retried, waiting as the server's ``retry-after``
 asks. Model aliases come from configuration (``OPENPROSE_MODEL_<ALIAS>``), not code paths.
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 import anthropic
 
+from openprose.engine import judging
 from openprose.engine.errors import ProviderError, ProviderUnavailable
 from openprose.engine.provider import (
     JudgeRequest,
@@ -34,6 +37,7 @@ DEFAULT_MODELS = {
     "haiku": "claude-haiku-5-5",
 }
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
+JUDGE_READS = 3  # read_binding turns a judgment may take before it must answer
 
 _READ = {
     "name": "read_binding",
@@ -206,27 +210,47 @@ class AnthropicProvider(Provider):
         else:
             value_schema = {"type": "boolean"}
             ask = "Decide whether the condition holds. When unsure, answer false."
-        tool = {"name": "verdict", "description": "Report your judgment.",
-                "input_schema": {"type": "object",
-                                 "properties": {"value": value_schema,
-                                                "reason": {"type": "string"}},
-                                 "required": ["value", "reason"]}}
-        parts = [f"{ask}\n\nCondition:\n{request.text}"]
+        verdict = {"name": "verdict", "description": "Report your judgment.",
+                   "input_schema": {"type": "object",
+                                    "properties": {"value": value_schema,
+                                                   "reason": {"type": "string"}},
+                                    "required": ["value", "reason"]}}
+        parts = [f"{ask} Judge it by what the run has produced, shown below."
+                 f"\n\nCondition:\n{request.text}"]
         if request.options:
             parts.append("Options:\n" + "\n".join(f"- {o}" for o in request.options))
-        parts += [f"## {item.name}\n{item.text}" for item in request.context]
-        response = await self._create(
-            model=self.model_id(None), max_tokens=1024, tools=[tool],
-            tool_choice={"type": "tool", "name": "verdict"},
-            messages=[{"role": "user", "content": "\n\n".join(parts)}])
-        for block in response.content:
-            if block.type == "tool_use" and block.name == "verdict":
-                value = block.input.get("value")
-                if request.options and value not in request.options:
-                    raise ProviderError(f"verdict {value!r} is not an option")
-                return Verdict(value if request.options else bool(value),
-                               str(block.input.get("reason", "")),
-                               self.usage(None, response))
+        described = judging.describe(request.context, request.program)
+        if described:
+            parts.append(described)
+        tools = [verdict] + ([_READ] if request.read is not None else [])
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "\n\n".join(parts)}]
+        usage = Usage()
+        for turn in range(JUDGE_READS + 1):
+            forced = request.read is None or turn == JUDGE_READS
+            response = await self._create(
+                model=self.model_id(None), max_tokens=1024, tools=tools, messages=messages,
+                tool_choice={"type": "tool", "name": "verdict"} if forced else {"type": "any"})
+            usage += self.usage(None, response)
+            results = []
+            for block in response.content:
+                if block.type == "tool_use" and block.name == "verdict":
+                    value = block.input.get("value")
+                    if request.options and value not in request.options:
+                        raise ProviderError(f"verdict {value!r} is not an option")
+                    return Verdict(value if request.options else bool(value),
+                                   str(block.input.get("reason", "")), usage)
+                if block.type == "tool_use" and request.read is not None:
+                    try:
+                        content, failed = request.read(str(block.input.get("name", ""))), False
+                    except KeyError as err:
+                        content, failed = str(err.args[0]), True
+                    results.append({"type": "tool_result", "tool_use_id": block.id,
+                                    "content": content, "is_error": failed})
+            if not results:
+                break
+            messages += [{"role": "assistant",
+                          "content": [b.model_dump(exclude_none=True) for b in response.content]},
+                         {"role": "user", "content": results}]
         raise ProviderError("the model returned no verdict")
 
     # ----------------------------------------------------------------------- transport

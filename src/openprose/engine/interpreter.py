@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from openprose.engine import keys, values
+from openprose.engine import judging, keys, values
 from openprose.engine.errors import (
     MemoryMissing,
     MissingInput,
@@ -39,7 +39,7 @@ from openprose.engine.provider import (
     Usage,
 )
 from openprose.engine.retry import RetryPolicy, Sleep, real_sleep
-from openprose.engine.scope import Scope
+from openprose.engine.scope import Scope, Slot
 from openprose.engine.sessions import shape
 from openprose.engine.values import Value
 from openprose.language import nodes as n
@@ -134,7 +134,7 @@ class Interpreter:
         self.agents = program.agents
         self.blocks = program.blocks
         self.outputs: dict[str, Value] = {}
-        self.escaped: dict[str, Value] = {}
+        self.escaped: dict[str, Slot] = {}
 
     async def run(self) -> dict[str, Value]:
         """Run the program; return its outputs (``output`` bindings by name)."""
@@ -298,7 +298,7 @@ class Interpreter:
         call bound in its own frame (programs use blocks as procedures that leave results)."""
         if scope.has(name) or name not in self.escaped:
             return scope.lookup(name)
-        return self.escaped[name]
+        return self.escaped[name].value
 
     def interpolate(self, string: n.String, scope: Scope) -> str:
         out = []
@@ -462,7 +462,8 @@ class Interpreter:
     # ----------------------------------------------------------------------- judgments
 
     async def judge(self, node: n.Node, ctx: Ctx, key: str, options: tuple[str, ...] = (),
-                    round_: int = 0, last: Value = None) -> bool | str:
+                    round_: int = 0, last: Value = None, stmt: n.Node | None = None
+                    ) -> bool | str:
         """A verdict on a discretion condition (or any expression, evaluated directly)."""
         if not isinstance(node, n.Discretion):
             value = await self.visit(node, ctx)
@@ -474,14 +475,17 @@ class Interpreter:
                     return option
             raise ValueFault(f"choice value {text!r} matches no option")
         text = self.interpolate(_discretion_string(node), ctx.scope)
-        context = (ContextItem("latest", values.to_text(last), "loop body"),) if last else ()
         digest = keys.input_hash(text, options, round_)
         recorded = self.journal.verdict(key)
         if recorded is not None:
             self.check_same(recorded.input_hash, digest, node)
             self.emit("verdict_reused", key, node, str(recorded.value))
             return recorded.value
-        request = JudgeRequest(key, text, options, context, round_)
+        stmt = stmt or node
+        program = judging.program_excerpt(self.lines, stmt.span.line, stmt.span.end_line,
+                                          node.span.line)
+        context, read = judging.context_items(self.visible(ctx.scope, last, round_))
+        request = JudgeRequest(key, text, options, context, round_, program, read)
         try:
             async with self.semaphore:
                 verdict = await self.provider.judge(request)
@@ -493,10 +497,25 @@ class Interpreter:
         self.emit("verdict", key, node, f"{verdict.value}: {verdict.reason}")
         return verdict.value
 
+    def visible(self, scope: Scope, last: Value, round_: int) -> list[judging.Seen]:
+        """What a judgment sees: the latest loop iteration's result, then every binding in
+        scope (and those finished block calls left), most recently written first."""
+        seen = [judging.Seen(judging.LATEST, "loop result", values.to_text(last),
+                             "the loop body's value")] if round_ else []
+        slots = {name: (slot, eid) for name, slot, eid in scope.visible()}
+        for name, slot in self.escaped.items():
+            slots.setdefault(name, (slot, None))
+        for name, (slot, eid) in sorted(slots.items(), key=lambda kv: -kv[1][0].written):
+            text = "(no value)" if slot.value is None else values.to_text(slot.value)
+            where = (self.journal.location(name, eid) if slot.kind not in ("loop", "error")
+                     else f"{slot.kind} variable (in scope only)")
+            seen.append(judging.Seen(name, slot.kind, text, where))
+        return seen
+
     async def v_If(self, node: n.If, ctx: Ctx, target: Target | None) -> Value:
         for i, branch in enumerate(node.branches):
             key = keys.judgment(keys.child(ctx.path, f"if{i}"), 0)
-            if await self.judge(branch.condition, ctx.at(key), key):
+            if await self.judge(branch.condition, ctx.at(key), key, stmt=node):
                 return await self.body(branch.body, ctx.at(keys.child(ctx.path, f"b{i}")))
         if node.else_body is not None:
             return await self.body(node.else_body, ctx.at(keys.child(ctx.path, "else")))
@@ -505,7 +524,7 @@ class Interpreter:
     async def v_Choice(self, node: n.Choice, ctx: Ctx, target: Target | None) -> Value:
         labels = tuple(self.interpolate(o.label, ctx.scope) for o in node.options)
         key = keys.judgment(ctx.path, 0)
-        picked = await self.judge(node.criteria, ctx, key, labels)
+        picked = await self.judge(node.criteria, ctx, key, labels, stmt=node)
         i = labels.index(str(picked))
         return await self.body(node.options[i].body, ctx.at(keys.child(ctx.path, f"o{i}")))
 
@@ -547,7 +566,8 @@ class Interpreter:
                 break
             if node.mode is not None and node.condition is not None:
                 key = keys.judgment(ctx.path, i)
-                held = await self.judge(node.condition, ctx.at(key), key, round_=i, last=last)
+                held = await self.judge(node.condition, ctx.at(key), key, round_=i, last=last,
+                                        stmt=node)
                 if (node.mode == "until") == bool(held):
                     break
             if node.max is None and i >= self.options.loop_limit:
@@ -706,7 +726,7 @@ class Interpreter:
             self.journal.pop_frame(eid)
         for name, slot in scope.slots.items():
             if slot.kind != "param":
-                self.escaped[name] = slot.value
+                self.escaped[name] = slot
         return value
 
     async def v_ProgramCall(self, node: n.ProgramCall, ctx: Ctx, target: Target | None

@@ -10,18 +10,21 @@ binding through it; a provider that only returns text lets the engine write the 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
 class ContextItem:
-    """One binding handed to a session: by reference (``location``) and, for providers
-    that cannot read state, by value (``text``)."""
+    """One binding handed to a session or judgment: by reference (``location``) and, for
+    providers that cannot read state, by value (``text``; for judgments it may be a preview).
+    ``kind`` is the binding's kind (let, const, input, output, param, loop, ...) when known."""
 
     name: str
     text: str
     location: str
+    kind: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,11 @@ class SessionRequest:
 
 @dataclass(frozen=True, slots=True)
 class JudgeRequest:
-    """A condition (``options`` empty: answer true/false) or a choice (answer one label)."""
+    """A condition (``options`` empty: answer true/false) or a choice (answer one label).
+
+    ``program`` is the statement with the program lines around it; ``context`` the bindings
+    in scope, most recent first (see :mod:`openprose.engine.judging`); ``read`` returns a
+    context binding's whole value by name when some are shown only in part."""
 
     key: str
     text: str
@@ -51,6 +58,8 @@ class JudgeRequest:
     context: tuple[ContextItem, ...] = ()
     #: How many times this condition was judged before in the same loop (0 outside loops).
     round: int = 0
+    program: str = ""
+    read: Callable[[str], str] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,16 +8,22 @@ through to its parent, so a value computed in the last iteration is visible afte
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from openprose.engine.errors import ValueFault
 from openprose.engine.values import Value
+
+# Orders bindings by when they were last written (judgments see the most recent first).
+_writes = itertools.count()
 
 
 @dataclass(slots=True)
 class Slot:
     value: Value
     kind: str  # let | const | output | input | param | loop | error
+    written: int = field(default_factory=lambda: next(_writes))
 
 
 @dataclass(slots=True)
@@ -52,6 +58,7 @@ class Scope:
         if slot.kind == "const":
             raise ValueFault(f"cannot reassign const '{name}'")
         slot.value = value
+        slot.written = next(_writes)
 
     def find(self, name: str) -> Slot | None:
         scope: Scope | None = self
@@ -70,6 +77,18 @@ class Scope:
                 return scope.execution_id
             scope = scope.parent
         return None
+
+    def visible(self) -> Iterator[tuple[str, Slot, int | None]]:
+        """Every name visible here (inner scopes shadow outer ones) with its slot and the
+        execution id of the frame holding it."""
+        seen: set[str] = set()
+        scope: Scope | None = self
+        while scope is not None:
+            for name, slot in scope.slots.items():
+                if name not in seen:
+                    seen.add(name)
+                    yield name, slot, scope.execution_id
+            scope = scope.parent
 
     def lookup(self, name: str) -> Value:
         slot = self.find(name)

@@ -6,7 +6,8 @@ model. Every key is optional::
     default_output: "ok"       # text for sessions no rule matches (omit: they fail)
     default_verdict: false     # verdict for conditions no rule matches
     latency: 0.0               # seconds each call takes, unless its rule says otherwise
-    call_log: calls.jsonl      # append one JSON line per call (relative to this file)
+    call_log: calls.jsonl      # append one JSON line per call (relative to this file); a
+                               # call's first line has its prompt or condition as "text"
     sessions:
       - match: "Summari[sz]e"  # regex searched in the prompt, then a newline, then the
                                # context as the engine would inline it
@@ -15,11 +16,12 @@ model. Every key is optional::
         fail: 2                # attempts 1 and 2 fail (retryable), attempt 3 succeeds
         error: "rate limited"  # message of those failures
         memory: "new memory"   # persistent agents: memory after the session
-    conditions:                # if/elif/loop conditions, matched on the condition text
+    conditions:                # if/elif/loop conditions, matched on the condition text,
+                               # then a newline, then the judgment's context inlined
       - match: "bug-free"
         verdicts: [false, false, true]   # the n-th judgment in one loop gets the n-th
         reason: "scripted"               # entry; the last repeats
-    choices:                   # choice criteria; verdicts are option labels
+    choices:                   # choice criteria (and context); verdicts are option labels
       - match: "severity"
         verdicts: ["Critical"]
 
@@ -82,13 +84,21 @@ class ScriptedProvider(Provider):
     name = "scripted"
 
     def __init__(self, script: dict[str, Any] | None = None, *, call_log: Path | None = None):
+        """``script`` as described above; a key this provider does not know, or a value of
+        the wrong type, raises :class:`ProviderUnavailable` naming the key."""
         script = dict(script or {})
-        self.default_output: str | None = script.get("default_output")
-        self.default_verdict: bool = bool(script.get("default_verdict", False))
-        self.latency = float(script.get("latency", 0.0))
-        self.sessions = [_rule(r, "sessions") for r in script.get("sessions") or ()]
-        self.conditions = [_rule(r, "conditions") for r in script.get("conditions") or ()]
-        self.choices = [_rule(r, "choices") for r in script.get("choices") or ()]
+        _known(script, _TOP, "the script")
+        default_output = script.get("default_output")
+        self.default_output: str | None = (None if default_output is None
+                                           else _text(default_output, "default_output"))
+        self.default_verdict: bool = _flag(script.get("default_verdict", False),
+                                           "default_verdict")
+        self.latency = _seconds(script.get("latency", 0.0), "latency")
+        if script.get("call_log") is not None:
+            _text(script["call_log"], "call_log")
+        self.sessions = _rules(script, "sessions")
+        self.conditions = _rules(script, "conditions")
+        self.choices = _rules(script, "choices")
         self.call_log_path = call_log
         self.calls: list[Call] = []
         self._lock = threading.Lock()
@@ -105,7 +115,10 @@ class ScriptedProvider(Provider):
             raise ProviderUnavailable(f"script {path} must be a mapping at the top level")
         data = data or {}
         log = data.get("call_log")
-        return cls(data, call_log=path.parent / log if log else None)
+        try:
+            return cls(data, call_log=path.parent / log if isinstance(log, str) else None)
+        except ProviderUnavailable as err:
+            raise ProviderUnavailable(f"script {path}: {err}") from None
 
     # ----------------------------------------------------------------------- provider API
 
@@ -137,7 +150,10 @@ class ScriptedProvider(Provider):
 
     async def judge(self, request: JudgeRequest) -> Verdict:
         rules = self.choices if request.options else self.conditions
-        rule, _ = _first(rules, request.text)
+        text = request.text
+        if request.context:
+            text += "\n" + inline_context(request.context)
+        rule, _ = _first(rules, text)
         self._log("judge", request.key, "start", text=request.text)
         await self._wait(rule)
         value: bool | str
@@ -167,8 +183,11 @@ class ScriptedProvider(Provider):
         with self._lock:
             self.calls.append(call)
             if self.call_log_path is not None:
-                line = json.dumps({"kind": kind, "key": key, "phase": phase,
-                                   "attempt": attempt, "at": call.at})
+                entry: dict[str, Any] = {"kind": kind, "key": key, "phase": phase,
+                                         "attempt": attempt, "at": call.at}
+                if text:
+                    entry["text"] = text
+                line = json.dumps(entry, ensure_ascii=False)
                 with open(self.call_log_path, "a", encoding="utf-8") as handle:
                     handle.write(line + "\n")
 
@@ -191,23 +210,77 @@ def _as_bool(value: object) -> bool:
     return bool(value)
 
 
-def _rule(raw: object, section: str) -> _Rule:
+_TOP = ("default_output", "default_verdict", "latency", "call_log", "sessions", "conditions",
+        "choices")
+_RULE = ("match", "output", "latency", "fail", "error", "memory", "verdicts", "reason")
+
+
+def _known(mapping: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
+    for key in mapping:
+        if key not in keys:
+            raise ProviderUnavailable(f"unknown key {key!r} in {where} (known: "
+                                      f"{', '.join(keys)})")
+
+
+def _text(value: object, key: str) -> str:
+    if not isinstance(value, str):
+        raise ProviderUnavailable(f"'{key}' must be a string, got {value!r}")
+    return value
+
+
+def _flag(value: object, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in {"true", "false", "yes", "no"}:
+        return value.strip().lower() in {"true", "yes"}
+    raise ProviderUnavailable(f"'{key}' must be true or false, got {value!r}")
+
+
+def _seconds(value: object, key: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    raise ProviderUnavailable(f"'{key}' must be a number of seconds (0 or more), got {value!r}")
+
+
+def _rules(script: dict[str, Any], section: str) -> list[_Rule]:
+    raw = script.get(section)
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ProviderUnavailable(f"'{section}' must be a list of rules, got {raw!r}")
+    return [_rule(entry, section, i) for i, entry in enumerate(raw)]
+
+
+def _rule(raw: object, section: str, i: int) -> _Rule:
+    where = f"{section}[{i}]"
     if not isinstance(raw, dict) or "match" not in raw:
-        raise ProviderUnavailable(f"every entry of '{section}' needs a 'match' regex: {raw!r}")
+        raise ProviderUnavailable(f"every entry of '{section}' needs a 'match' regex: "
+                                  f"{where} is {raw!r}")
+    _known(raw, _RULE, where)
     try:
-        pattern = re.compile(str(raw["match"]), re.DOTALL)
+        pattern = re.compile(_text(raw["match"], f"{where}.match"), re.DOTALL)
     except re.error as err:
-        raise ProviderUnavailable(f"bad regex {raw['match']!r} in '{section}': {err}") from err
+        raise ProviderUnavailable(f"bad regex {raw['match']!r} in {where}: {err}") from err
     verdicts = raw.get("verdicts", ())
     if not isinstance(verdicts, list | tuple):
         verdicts = (verdicts,)
+    for verdict in verdicts:
+        if not isinstance(verdict, bool | str):
+            raise ProviderUnavailable(f"'{where}.verdicts' holds true/false or option labels, "
+                                      f"got {verdict!r}")
+    fail = raw.get("fail", 0)
+    if not isinstance(fail, int) or isinstance(fail, bool) or fail < 0:
+        raise ProviderUnavailable(f"'{where}.fail' must be a count of attempts, got {fail!r}")
+    optional = {key: None if raw.get(key) is None else _text(raw[key], f"{where}.{key}")
+                for key in ("output", "memory")}
     return _Rule(
         pattern=pattern,
-        output=None if raw.get("output") is None else str(raw["output"]),
-        latency=None if raw.get("latency") is None else float(raw["latency"]),
-        fail=int(raw.get("fail", 0)),
-        error=str(raw.get("error", "scripted failure")),
-        memory=None if raw.get("memory") is None else str(raw["memory"]),
+        output=optional["output"],
+        latency=None if raw.get("latency") is None else _seconds(raw["latency"],
+                                                                 f"{where}.latency"),
+        fail=fail,
+        error=_text(raw.get("error", "scripted failure"), f"{where}.error"),
+        memory=optional["memory"],
         verdicts=tuple(verdicts),
-        reason=str(raw.get("reason", "scripted")),
+        reason=_text(raw.get("reason", "scripted"), f"{where}.reason"),
     )

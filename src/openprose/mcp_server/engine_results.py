@@ -15,6 +15,7 @@ class ContextRef(BaseModel):
     name: str
     text: str
     location: str
+    kind: str | None = None
 
 
 class PendingItem(BaseModel):
@@ -28,6 +29,7 @@ class PendingItem(BaseModel):
     condition: str | None = None
     options: list[str] | None = None
     context: list[ContextRef] | None = None
+    program: str | None = None
     round: int | None = None
 
     def text(self) -> str:
@@ -39,8 +41,11 @@ class PendingItem(BaseModel):
             lines.append("options: " + " | ".join(self.options))
         else:
             lines.append("answer: true or false")
+        if self.program:
+            lines.append(f"in the program ('>' marks the line):\n{self.program}")
         for item in self.context or ():
-            lines.append(f"- {item.name} ({item.location}): {item.text}")
+            kind = f", {item.kind}" if item.kind else ""
+            lines.append(f"- {item.name} ({item.location}{kind}): {item.text}")
         lines.append(f'Answer with submit_verdict(token="{self.token}", value, reason).')
         return "\n".join(lines)
 

@@ -115,8 +115,10 @@ class JudgmentItem:
         if self.request.options:
             item["options"] = list(self.request.options)
         if self.request.context:
-            item["context"] = [{"name": c.name, "text": c.text, "location": c.location}
-                               for c in self.request.context]
+            item["context"] = [{"name": c.name, "text": c.text, "location": c.location,
+                                "kind": c.kind} for c in self.request.context]
+        if self.request.program:
+            item["program"] = self.request.program
         if self.request.round:
             item["round"] = self.request.round
         return item

@@ -27,6 +27,7 @@ from openprose.engine import (
     Usage,
     Verdict,
 )
+from openprose.engine.judging import describe
 from openprose.engine.provider import inline_context
 
 MAX_TOKENS = 8192
@@ -65,8 +66,9 @@ class SamplingProvider(Provider):
             ask = ('Decide whether the condition holds (when unsure: false). Reply with one '
                    'line of JSON: {"value": true or false, "reason": "<why>"}')
         parts = [f"Condition: {request.text}", ask]
-        if request.context:
-            parts.append("What the run has produced:\n" + inline_context(request.context))
+        described = describe(request.context, request.program)
+        if described:
+            parts.append(described)
         reply = await self._sample("\n\n".join(parts), "You judge conditions of an OpenProse "
                                    "program run. Answer with the JSON line only.", JUDGE_TOKENS)
         value, reason = read_verdict(reply, request.options)

@@ -331,8 +331,10 @@ def _item(item: Item) -> PendingItem:
     judged = item.request
     return PendingItem(kind="judgment", token=item.token, condition=judged.text,
                        options=list(judged.options) or None,
-                       context=[ContextRef(name=c.name, text=c.text, location=c.location)
+                       context=[ContextRef(name=c.name, text=c.text, location=c.location,
+                                           kind=c.kind or None)
                                 for c in judged.context] or None,
+                       program=judged.program or None,
                        round=judged.round or None)
 
 
