@@ -54,9 +54,9 @@ def project(tmp_path, backend, monkeypatch):
 
 
 def _hint(err: str, prefix: str) -> list[str]:
-    lines = [line for line in err.splitlines() if line.startswith(prefix)]
+    lines = [line.partition(prefix)[2] for line in err.splitlines() if prefix in line]
     assert lines, err
-    command = shlex.split(lines[-1][len(prefix):])
+    command = shlex.split(lines[-1])
     assert command[:2] == ["prose", "resume"], lines[-1]
     return command[1:]
 
@@ -113,9 +113,9 @@ def test_the_input_hint_resumes_as_printed(project, backend, env):
                                     "default_output: ok\n")
     paused = subprocess.run([*CLI, "run", "p.prose", "--state", backend, *SCRIPTED],
                             cwd=project, capture_output=True, text=True, timeout=120, env=env)
-    assert paused.returncode == 2, paused.stderr
-    args = _hint(paused.stderr, "resume with: ")
-    assert args[-2:] == ["--input", "go=VALUE"]
+    assert paused.returncode == 3, paused.stderr
+    args = _hint(paused.stderr, "continue with: ")
+    assert args[-2:] == ["--input", "go=…"]
     done = _as_printed([*args[:-1], "go=yes"], project, env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["outputs"] == {"o": "went yes"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -59,3 +60,70 @@ def test_missing_input_is_asked_for_on_a_terminal(tmp_path):
     assert topic.rstrip().endswith("coral reefs")
     research = (run_dir / "bindings" / "research.md").read_text()
     assert "Facts about coral reefs" in research
+
+
+def _spawn(tmp_path: Path, program: str, script: str, term: str = "dumb"):
+    (tmp_path / "p.prose").write_text(program)
+    (tmp_path / "s.yaml").write_text(script)
+    parent, child = pty.openpty()
+    proc = subprocess.Popen(
+        [PROSE, "run", "p.prose", "--provider", "scripted", "--script", "s.yaml"],
+        cwd=tmp_path, stdin=child, stdout=child, stderr=child, close_fds=True,
+        env={**os.environ, "TERM": term, "COLUMNS": "100"})
+    os.close(child)
+    return proc, parent
+
+
+def _calls(tmp_path: Path) -> list[str]:
+    log = tmp_path / "calls.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [line for line in lines if '"phase": "start"' in line]
+
+
+@pytest.mark.skipif(not hasattr(pty, "openpty"), reason="needs a pseudo-terminal")
+def test_ctrl_c_at_an_input_prompt_interrupts_at_once(tmp_path):
+    proc, parent = _spawn(tmp_path, 'let a = session "first"\ninput topic: "What next?"\n'
+                                    'let b = session "second"\nlet c = session "third"\n',
+                          "default_output: ok\ncall_log: calls.jsonl\n")
+    try:
+        _read_until(parent, b"What next?")
+        proc.send_signal(signal.SIGINT)
+        rest = _read_until(parent, b"prose resume")
+        assert proc.wait(timeout=30) == 130, rest.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(parent)
+    assert len(_calls(tmp_path)) == 1  # "second" and "third" never ran
+    run_dir = next((tmp_path / ".prose" / "runs").iterdir())
+    from openprose.state import open_store
+
+    with open_store(tmp_path) as store:
+        assert store.open_run(run_dir.name).status == "interrupted"
+
+
+@pytest.mark.skipif(not hasattr(pty, "openpty"), reason="needs a pseudo-terminal")
+def test_typed_input_stays_visible_while_the_progress_display_runs(tmp_path):
+    proc, parent = _spawn(tmp_path, 'let a = session "first"\ninput topic: "What next?"\n'
+                                    'output b = session "second {topic}"\n',
+                          "default_output: ok\nlatency: 0.2\n", term="xterm")
+    try:
+        _read_until(parent, b"What next?")
+        os.write(parent, b"coral")
+        # the progress display redraws 8 times a second: a second of quiet shows it stepped
+        # aside; anything it drew would cover what the user is typing
+        seen = b""
+        deadline = time.monotonic() + 1.0
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([parent], [], [], left)
+            if ready:
+                seen += os.read(parent, 4096)
+        assert b"sessions:" not in seen, seen
+        assert b"coral" in seen  # the terminal echoes what was typed, and nothing erases it
+        os.write(parent, b" reefs\r")
+        _read_until(parent, b"completed")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(parent)

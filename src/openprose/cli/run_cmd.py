@@ -1,7 +1,11 @@
 """``prose run`` and ``prose resume``: execute a program, or continue an interrupted run.
 
+The program is a file, ``-`` (read from stdin), an ``https://`` URL or registry shorthand
+``handle/slug`` (fetched once and cached by content hash, as ``use`` imports are).
+
 Exit status: 0 the run completed, 1 the program failed, 2 usage problems or compile errors
-(diagnostics shown), 130 interrupted (the run stays consistent and resumable).
+(diagnostics shown), 3 the run paused at an ``input`` nobody could answer (resume it with the
+value), 130 interrupted (the run stays consistent and resumable).
 """
 
 from __future__ import annotations
@@ -9,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
+import threading
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -24,34 +31,74 @@ CONCURRENCY = 16
 MAX_INPUT_FILE = 10 * 1024 * 1024  # --input NAME=@FILE reads at most this much
 
 
-def _read_input_file(name: str, path: str) -> str:
+def _read_input_file(name: str, path: str, command: str) -> str:
     """The text of ``--input NAME=@PATH``: UTF-8, at most MAX_INPUT_FILE bytes."""
     limit = f"{MAX_INPUT_FILE // (1024 * 1024)} MiB"
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_INPUT_FILE + 1)
     except OSError as err:
-        raise click.UsageError(f"--input {name}: cannot read {path}: {err.strerror}") from err
+        _refuse(command, f"--input {name}: cannot read {path}: {err.strerror}")
     if len(data) > MAX_INPUT_FILE:
-        raise click.UsageError(f"--input {name}: {path} is larger than the {limit} limit "
-                               "for an input file")
+        _refuse(command, f"--input {name}: {path} is larger than the {limit} limit for an "
+                         "input file")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise click.UsageError(f"--input {name}: {path} is not UTF-8 text (byte "
-                               f"{err.start})") from None
+        _refuse(command, f"--input {name}: {path} is not UTF-8 text (byte {err.start})")
 
 
-def _parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
+def _refuse(command: str, message: str) -> NoReturn:
+    """One line naming the problem and where; exit 2."""
+    click.echo(f"prose {command}: {message}", err=True)
+    sys.exit(2)
+
+
+def _parse_inputs(pairs: tuple[str, ...], command: str) -> dict[str, str]:
     inputs: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise click.UsageError(f"--input takes NAME=VALUE or NAME=@FILE, got {pair!r}")
+            _refuse(command, f"--input takes NAME=VALUE or NAME=@FILE, got {pair!r}")
         if value.startswith("@"):
-            value = _read_input_file(name.strip(), value[1:])
+            value = _read_input_file(name.strip(), value[1:], command)
         inputs[name.strip()] = value
     return inputs
+
+
+def _project(project: str, command: str) -> Path:
+    """The project root: it must exist (it is never created), and so must be usable."""
+    root = Path(project)
+    if not root.is_dir():
+        _refuse(command, f"--project {project}: no such directory")
+    dot = root / ".prose"
+    if dot.exists() and not dot.is_dir():
+        _refuse(command, f"{dot} is a file; the project's state needs a .prose directory there")
+    return root
+
+
+_URL_OR_SHORTHAND = re.compile(r"^(https?://|@?[A-Za-z0-9_][A-Za-z0-9_.-]*/"
+                               r"[A-Za-z0-9_][A-Za-z0-9_.-]*$)")
+
+
+def _read_program(spec: str, root: Path, command: str) -> tuple[str, str]:
+    """(source, file) of the program named on the command line."""
+    from openprose.engine.errors import EngineError
+    from openprose.engine.runner import decode_source, fetch_program, read_source
+
+    try:
+        if spec == "-":
+            if sys.stdin is None:
+                _refuse(command, "stdin is closed: there is no program to read from '-'")
+            return decode_source(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
+        if not Path(spec).exists() and _URL_OR_SHORTHAND.match(spec) \
+                and not spec.endswith(".prose"):
+            fetched = fetch_program(spec, root)
+            if fetched is not None:
+                return fetched
+        return read_source(Path(spec)), spec
+    except EngineError as err:
+        _refuse(command, str(err))
 
 
 def _provider(name: str, script: str | None, project: str) -> Any:
@@ -64,15 +111,15 @@ def _provider(name: str, script: str | None, project: str) -> Any:
             from openprose.engine.scripted import ScriptedProvider
 
             if script is None:
-                raise click.UsageError("--provider scripted needs --script FILE (YAML or JSON; "
-                                       "see examples/hello.script.yaml)")
+                _refuse("run", "--provider scripted needs --script FILE (YAML or JSON; see "
+                               "examples/hello.script.yaml)")
             return ScriptedProvider.from_file(script)
         from openprose.engine.anthropic_provider import AnthropicProvider
         from openprose.state import settings
 
         return AnthropicProvider(env=settings(Path(project)))
     except ProviderUnavailable as err:
-        raise click.UsageError(str(err)) from err
+        _refuse("run", str(err))
 
 
 def _common(fn: Any) -> Any:
@@ -98,7 +145,7 @@ def _common(fn: Any) -> Any:
 
 
 @click.command("run")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file")
 @click.option("--input", "inputs", multiple=True, metavar="NAME=VALUE|NAME=@FILE",
               help="Value for a program input (repeatable).")
 @click.option("--dry-run", is_flag=True,
@@ -107,35 +154,44 @@ def _common(fn: Any) -> Any:
 def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str | None,
                 provider: str | None, script: str | None, max_concurrency: int | None,
                 as_json: bool, project: str) -> None:
-    """Run an OpenProse program."""
-    try:
-        source = Path(file).read_text(encoding="utf-8")
-    except OSError as err:
-        raise click.UsageError(f"{file}: cannot read ({err.strerror})") from err
+    """Run an OpenProse program (a file, - for stdin, a URL or handle/slug)."""
+    root = _project(project, "run")
+    source, file = _read_program(file, root, "run")
     result = compile_program(source, file)
     if not result.ok or result.program is None:
         for diagnostic in result.diagnostics:
             click.echo(diagnostic.format(source), err=True)
         if result.omitted_note:
             click.echo(result.omitted_note, err=True)
+        if as_json:
+            click.echo(json.dumps({"run_id": None, "status": "invalid", "file": file,
+                                   "errors": [d.format(source).splitlines()[0]
+                                              for d in result.errors]}, ensure_ascii=False))
         sys.exit(2)
     from openprose.engine import runner
     from openprose.engine.errors import ImportFailed
+    from openprose.engine.inputs import undeclared
 
     try:
-        imports = runner.load_imports(result.program, file, Path(project))
+        imports = runner.load_imports(result.program, file, root)
     except ImportFailed as err:
-        click.echo(f"error: {err}", err=True)
-        sys.exit(2)
+        _refuse("run", str(err))
     if dry_run:
         _print_plan(runner.dry_run(result.program, imports), as_json)
         return
-    values = _parse_inputs(inputs)
+    values = _parse_inputs(inputs, "run")
+    _check_declared(undeclared(result.program, values), result.program, "run")
     job = runner.Job(source=source, file=file, program=result.program, imports=imports,
-                     inputs=values, project_root=Path(project), backend=backend or "filesystem",
-                     ask=_asker(as_json))
+                     inputs=values, project_root=root, backend=backend or "filesystem")
     _how(job, provider or "anthropic", script, max_concurrency or CONCURRENCY)
     _execute(job, _provider(job.settings["provider"], script, project), as_json, project)
+
+
+def _check_declared(unknown: list[str], program: Any, command: str) -> None:
+    if unknown:
+        declared = ", ".join(decl.name for decl in program.inputs) or "none"
+        _refuse(command, f"--input {unknown[0]}: the program declares no such input "
+                         f"(its inputs: {declared})")
 
 
 @click.command("resume")
@@ -154,14 +210,16 @@ def resume_command(run_id: str, inputs: tuple[str, ...], program_file: str | Non
     Provider, script, state backend and concurrency are the run's own unless given."""
     from openprose.engine import runner
     from openprose.engine.errors import EngineError
+    from openprose.engine.inputs import undeclared
 
+    root = _project(project, "resume")
     try:
-        job = runner.resume_job(run_id, Path(project), backend, program_file,
-                                ask=_asker(as_json))
+        job = runner.resume_job(run_id, root, backend, program_file)
     except EngineError as err:
-        click.echo(f"error: {err}", err=True)
-        sys.exit(2)
-    job.inputs.update(_parse_inputs(inputs))
+        _refuse("resume", str(err))
+    given = _parse_inputs(inputs, "resume")
+    _check_declared(undeclared(job.program, given), job.program, "resume")
+    job.inputs.update(given)
     was = job.recorded
     provider = provider or was.get("provider") or "anthropic"
     if script is None and provider == was.get("provider"):
@@ -195,14 +253,50 @@ def resume_hint(run_id: str, project: str = ".") -> str:
     return command
 
 
-def _asker(as_json: bool) -> Any:
-    if as_json or not sys.stdin.isatty():
-        return None
+def _asker(as_json: bool, progress: Any) -> Any:
+    """Ask for a missing input on the terminal; ``None`` when there is none to ask on.
 
-    def ask(name: str, description: str) -> str:
-        return click.prompt(f"{name} ({description})" if description else name, err=True)
+    The prompt runs on a thread of its own, so Ctrl-C interrupts the run at once, and the
+    live progress display steps aside while the user types."""
+    if as_json or sys.stdin is None or not sys.stdin.isatty():
+        return None
+    from openprose.engine.inputs import is_optional
+
+    async def ask(name: str, description: str) -> str | None:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[str | None] = loop.create_future()
+
+        def settle(value: str | None) -> None:
+            if not answer.done():
+                answer.set_result(value)
+
+        def prompt() -> None:
+            text = f"{name} ({description})" if description else name
+            value = _read_line(text)
+            while value == "" and not is_optional(description):
+                value = _read_line(text)
+            loop.call_soon_threadsafe(settle, value)
+
+        with progress.paused() if progress is not None else nullcontext():
+            threading.Thread(target=prompt, name=f"ask-{name}", daemon=True).start()
+            return await answer
 
     return ask
+
+
+def _read_line(prompt: str) -> str | None:
+    """One line from the terminal (``None`` at end of input: the run pauses). Read from the
+    file descriptor, not ``sys.stdin``: a prompt abandoned by Ctrl-C then holds no lock the
+    interpreter needs to exit."""
+    sys.stderr.write(f"{prompt}: ")
+    sys.stderr.flush()
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(sys.stdin.fileno(), 4096)
+        if not chunk:
+            return None
+        data += chunk
+    return data.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
 class _Stop:
@@ -250,6 +344,7 @@ class _Stop:
 
 def _execute(job: Any, provider: Any, as_json: bool, project: str) -> None:
     from openprose.engine import runner
+    from openprose.engine.errors import MissingInput
     from openprose.engine.progress import Progress
     from openprose.state import StateError
 
@@ -273,6 +368,7 @@ def _execute(job: Any, provider: Any, as_json: bool, project: str) -> None:
 
     live = not as_json and sys.stderr.isatty()
     progress = Progress(job.source) if live else None
+    job.ask = _asker(as_json, progress)
     with _Stop(interrupted) as stop:
         try:
             if progress is not None:
@@ -281,11 +377,14 @@ def _execute(job: Any, provider: Any, as_json: bool, project: str) -> None:
             else:
                 outcome = asyncio.run(drive(None))
         except (KeyboardInterrupt, asyncio.CancelledError):
+            if as_json:
+                click.echo(json.dumps({"run_id": job.run_id, "status": "interrupted"}))
             interrupted()
             sys.exit(130)
+        except MissingInput as err:
+            _refuse("run", str(err))
         except StateError as err:
-            click.echo(f"error: {err}", err=True)
-            sys.exit(2)
+            _refuse("run" if job.run_id is None else "resume", str(err))
     if as_json:
         click.echo(json.dumps(outcome.to_dict(), ensure_ascii=False, default=str))
     else:
@@ -299,12 +398,14 @@ def _print_outcome(outcome: Any, project: str) -> None:
                f"{outcome.reused} reused, {outcome.tokens} tokens{cost})", err=True)
     for warning in outcome.warnings:
         click.echo(f"warning: {warning}", err=True)
-    if outcome.error:
+    if outcome.waiting_for is not None:
+        name, prompt = outcome.waiting_for
+        shown = f" ({prompt})" if prompt else ""
+        click.echo(f"paused at input '{name}'{shown}; continue with: "
+                   f"{resume_hint(outcome.run_id, project)} --input {name}=…", err=True)
+    elif outcome.error:
         click.echo(f"error: {outcome.error}", err=True)
-        if outcome.missing_input:
-            click.echo(f"resume with: {resume_hint(outcome.run_id, project)} "
-                       f"--input {outcome.missing_input}=VALUE", err=True)
-        elif not outcome.usage_error:
+        if not outcome.usage_error:
             click.echo(f"resume with: {resume_hint(outcome.run_id, project)}", err=True)
     from openprose.engine.values import to_text
 

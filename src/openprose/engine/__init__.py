@@ -15,6 +15,7 @@ from __future__ import annotations
 from openprose.engine.errors import (
     EngineError,
     ImportFailed,
+    InputPaused,
     MemoryMissing,
     MissingInput,
     ParallelFailed,
@@ -43,8 +44,8 @@ from openprose.engine.provider import (
 from openprose.engine.scripted import ScriptedProvider
 
 __all__ = [
-    "ContextItem", "EngineError", "ImportFailed", "Interpreter", "JudgeRequest", "MemoryMissing",
-    "MissingInput", "Options", "ParallelFailed", "ProgramError", "ProgramFailed", "Provider",
+    "ContextItem", "EngineError", "ImportFailed", "InputPaused", "Interpreter", "JudgeRequest",
+    "MemoryMissing", "MissingInput", "Options", "ParallelFailed", "ProgramError", "ProgramFailed", "Provider",
     "ProviderError", "ProviderUnavailable", "RecursionLimitExceeded", "ResumeMismatch",
     "RunawayLoop", "ScriptedProvider", "SessionFailed", "SessionIO", "SessionRequest",
     "SessionResult", "ThrownError", "Usage", "ValueFault", "Verdict",

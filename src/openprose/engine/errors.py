@@ -80,14 +80,25 @@ class ProgramFailed(EngineError):
 
 
 class MissingInput(EngineError):
-    """A required input has no value and nobody can be asked for one."""
+    """Required inputs have no value and nobody can be asked for them: ``missing`` holds
+    each one's name and description (all of them, so one message names every one)."""
 
-    def __init__(self, name: str, description: str = "") -> None:
-        hint = f" ({description})" if description else ""
-        super().__init__(
-            f"missing input '{name}'{hint}: pass it with --input {name}=VALUE or --input {name}=@FILE"
-        )
+    def __init__(self, *missing: tuple[str, str]) -> None:
+        shown = ", ".join(f"'{name}'" + (f" ({text})" if text else "") for name, text in missing)
+        plural = "s" if len(missing) > 1 else ""
+        flags = " ".join(f"--input {name}=VALUE" for name, _ in missing)
+        super().__init__(f"missing input{plural} {shown}: pass {flags} (or NAME=@FILE)")
+        self.missing = missing
+
+
+class InputPaused(EngineError):
+    """An ``input`` reached mid-program has no value and nobody can be asked (ruling 1):
+    the run pauses there until it is resumed with the value."""
+
+    def __init__(self, name: str, prompt: str) -> None:
+        super().__init__(f"waiting for input '{name}'" + (f" ({prompt})" if prompt else ""))
         self.name = name
+        self.prompt = prompt
 
 
 class ResumeMismatch(EngineError):

@@ -9,13 +9,16 @@ resumed run reuses what already finished.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from openprose.engine import inputs as input_rules
 from openprose.engine import judging, keys, values
 from openprose.engine.errors import (
+    InputPaused,
     MemoryMissing,
     MissingInput,
     ProgramError,
@@ -55,7 +58,8 @@ class Options:
     sleep: Sleep = real_sleep
     retry_base_delay: float = 1.0
     loop_limit: int = 1000
-    ask: Callable[[str, str], str | None] | None = None
+    #: ``ask(name, prompt)`` -> the value, ``None`` (no answer), or an awaitable of either.
+    ask: Callable[[str, str], Any] | None = None
     listener: Listener | None = None
 
 
@@ -141,12 +145,9 @@ class Interpreter:
         if self.imports:
             self.journal.record_imports(self.imports)
         if self.options.ask is None:  # inputs ahead of the first step must exist up front
-            for decl in self.program.body:
-                if not isinstance(decl, n.Input | n.Use | n.ImportSkill | n.AgentDef
-                                  | n.BlockDef):
-                    break
-                if isinstance(decl, n.Input) and decl.name not in self.inputs:
-                    raise MissingInput(decl.name, _prompt_text(decl.prompt))
+            missing = input_rules.missing(self.program, self.inputs)
+            if missing:
+                raise MissingInput(*missing)
         await self.body(self.program.body, Ctx(Scope(), self.root_path))
         return self.outputs
 
@@ -187,10 +188,18 @@ class Interpreter:
         if node.name in self.inputs:
             value = self.inputs[node.name]
         else:
-            description = _prompt_text(node.prompt)
+            prompt = node.prompt if isinstance(node.prompt, n.String) else \
+                _discretion_string(node.prompt)
+            description = self.interpolate(prompt, ctx.scope)
             asked = self.options.ask(node.name, description) if self.options.ask else None
+            if inspect.isawaitable(asked):
+                asked = await asked
+            if asked is None and input_rules.is_optional(description):
+                asked = ""
             if asked is None:
-                raise MissingInput(node.name, description)
+                if node in input_rules.upfront(self.program):
+                    raise MissingInput((node.name, description))
+                raise InputPaused(node.name, description)
             value = self.inputs[node.name] = asked
         ctx.scope.bind(node.name, value, "input")
         self.journal.bind(node.name, value, "input", ctx.execution_id, self.source_of(node))
@@ -768,10 +777,6 @@ def _root_name(node: n.Node) -> str | None:
     while isinstance(node, n.Member | n.Index):
         node = node.obj
     return node.id if isinstance(node, n.Name) else None
-
-
-def _prompt_text(prompt: n.String | n.Discretion) -> str:
-    return prompt.text
 
 
 def _discretion_string(node: n.Discretion) -> n.String:

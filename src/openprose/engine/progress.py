@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
@@ -25,6 +28,18 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.live.stop()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Step aside (no redraws) while the user types at a prompt."""
+        running = self.live.is_started
+        if running:
+            self.live.stop()
+        try:
+            yield
+        finally:
+            if running:
+                self.live.start()
 
     def __call__(self, event: Event) -> None:
         if event.kind == "statement" and 0 < event.line <= len(self.lines):

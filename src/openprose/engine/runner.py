@@ -15,15 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from openprose import state
+from openprose.engine import inputs as input_rules
 from openprose.engine.errors import (
     EngineError,
+    InputPaused,
     MissingInput,
     ProgramError,
     ProgramFailed,
     ResumeMismatch,
 )
 from openprose.engine.events import Event, Listener
-from openprose.engine.imports import Imported, ImportLoader
+from openprose.engine.imports import Imported, ImportLoader, resolve
 from openprose.engine.interpreter import Interpreter, Options
 from openprose.engine.plan import Plan, plan
 from openprose.engine.provider import Provider
@@ -60,7 +62,7 @@ class Job:
 @dataclass
 class Outcome:
     run_id: str
-    status: str  # completed | failed | interrupted
+    status: str  # completed | failed | interrupted | paused (waiting for an input)
     outputs: dict[str, Value] = field(default_factory=dict)
     sessions: int = 0
     reused: int = 0
@@ -69,8 +71,8 @@ class Outcome:
     error: str | None = None
     usage_error: bool = False
     warnings: list[str] = field(default_factory=list)
-    #: The input the run paused for (it resumes once given).
-    missing_input: str | None = None
+    #: The input a paused run waits for: (name, prompt as shown).
+    waiting_for: tuple[str, str] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -78,13 +80,18 @@ class Outcome:
             return 0
         if self.status == "interrupted":
             return 130
+        if self.status == "paused":
+            return 3
         return 2 if self.usage_error else 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "status": self.status, "outputs": self.outputs,
+        data = {"run_id": self.run_id, "status": self.status, "outputs": self.outputs,
                 "sessions": self.sessions, "reused": self.reused, "tokens": self.tokens,
                 "cost_usd": round(self.cost_usd, 6),
                 "error": self.error, "warnings": self.warnings}
+        if self.waiting_for is not None:
+            data["waiting_for"] = {"input": self.waiting_for[0], "prompt": self.waiting_for[1]}
+        return data
 
 
 #: Journal key of the record of how a run was driven (``ns:`` keys are not program steps).
@@ -94,6 +101,16 @@ SETTINGS_KEY = "run:settings"
 def load_imports(program: n.Program, file: str, project_root: Path) -> dict[str, Imported]:
     return ImportLoader(project_root / ".prose" / "cache" / "imports",
                         roots=[project_root]).load(program, file)
+
+
+def fetch_program(spec: str, project_root: Path) -> tuple[str, str] | None:
+    """The source and URL of a program named by URL or ``handle/slug`` (ruling 6), fetched
+    and cached by content hash as ``use`` imports are; ``None`` when ``spec`` is neither."""
+    location = resolve(spec, None)
+    if not location.is_url:
+        return None
+    loader = ImportLoader(project_root / ".prose" / "cache" / "imports")
+    return loader.fetch(location), location.where
 
 
 def dry_run(program: n.Program, imports: dict[str, Imported] | None = None) -> Plan:
@@ -114,7 +131,7 @@ def resume_job(run_id: str, project_root: Path, backend: str | None,
         driver = store.driver_lock(run_id)
         run = store.open_run(run_id)
         if program_file is not None:
-            source, file = Path(program_file).read_text(encoding="utf-8"), program_file
+            source, file = read_source(Path(program_file)), program_file
         else:
             source, file = run.program_source, run.program_path or f"{run_id}/program.prose"
         result = compile_program(source, file)
@@ -144,6 +161,26 @@ def run_settings(run: state.Run) -> dict[str, Any]:
     return {key: value for key, value in entry.meta.items() if key != "at"}
 
 
+def read_source(path: Path) -> str:
+    """A program file's text; unreadable or non-UTF-8 files raise :class:`EngineError`
+    naming the file (and the line and column of the first bad byte)."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise EngineError(f"{path}: cannot read ({err.strerror})") from None
+    return decode_source(data, str(path))
+
+
+def decode_source(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise EngineError(f"{where}:{line}:{column}: not UTF-8 text (byte "
+                          f"0x{data[err.start]:02x}); save the program as UTF-8") from None
+
+
 def _find_backend(project_root: Path, run_id: str) -> str:
     """Where a run lives: a local run directory says filesystem or SQLite; otherwise it is on
     PostgreSQL when the project has one configured (its directory holds only copies)."""
@@ -159,8 +196,15 @@ async def execute(job: Job, provider: Provider, listener: Listener | None = None
                   on_start: Callable[[str], None] | None = None) -> Outcome:
     """Run (or resume) ``job`` to the end; never raises for program failures.
 
-    ``on_start`` gets the run id as soon as the run exists (before any session).
+    ``on_start`` gets the run id as soon as the run exists (before any session). A new run
+    whose up-front inputs are missing (and nobody can be asked) raises :class:`MissingInput`
+    naming all of them before any run is created.
     """
+    ask = job.options.ask if job.options is not None else job.ask
+    if job.run_id is None and ask is None:
+        missing = input_rules.missing(job.program, job.inputs)
+        if missing:
+            raise MissingInput(*missing)
     store = state.open_store(job.project_root, job.backend)
     try:
         resumed = job.run_id is not None
@@ -207,8 +251,8 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
 
     def record(event: Event) -> None:
         journal.on_event(event)
-        if event.kind == "warning":
-            outcome.warnings.append(event.text)
+        if event.kind == "warning" and event.text not in outcome.warnings:
+            outcome.warnings.append(event.text)  # once per statement, not per iteration
 
     options.listener = _both(record, listener)
     interpreter = Interpreter(job.program, job.source, journal, provider, file=job.file,
@@ -220,11 +264,13 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
         outcome.status = "completed"
     except ProgramError as err:
         outcome.error = str(ProgramFailed(err))
+    except InputPaused as err:
+        outcome.status, outcome.error = "paused", str(err)
+        outcome.waiting_for = (err.name, err.prompt)
     except ResumeMismatch as err:  # a refusal: the run stays exactly as it was
         outcome.error, outcome.usage_error, refused = str(err), True, True
     except MissingInput as err:
         outcome.error, outcome.usage_error = str(err), True
-        outcome.missing_input = err.name
     except EngineError as err:
         outcome.error = f"{type(err).__name__}: {err}"
     except state.StateError as err:  # a full disk, state damaged under the run
@@ -241,8 +287,9 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
     outcome.sessions, outcome.reused = totals.sessions, totals.reused
     outcome.tokens = totals.usage.input_tokens + totals.usage.output_tokens
     outcome.cost_usd = totals.usage.cost_usd
-    if not refused:
-        journal.finish(outcome.status, outcome.error)
+    if not refused:  # a paused run is recorded as interrupted: resumable, waiting for input
+        journal.finish("interrupted" if outcome.status == "paused" else outcome.status,
+                       outcome.error)
     store.close()
     return outcome
 

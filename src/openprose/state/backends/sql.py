@@ -672,6 +672,12 @@ class PostgresBackend(SqlBackend):
         self.schema = schema
         self.prefix = f'"{schema}".'
         self.raw_cursor = psycopg.RawCursor
+        try:  # one attempt first: a bad URL or an unreachable server is one clear line
+            psycopg.connect(url, connect_timeout=5).close()
+        except Exception as err:
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(url)}: "
+                                     f"{reason}") from None
         self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=False,
                                    kwargs={"autocommit": True})
         try:

@@ -1,0 +1,44 @@
+"""Program inputs: which must be given before a run starts, and which may be left out.
+
+Inputs declared ahead of the first executable statement are needed up front: a run that
+cannot ask for them is refused before it exists, naming every missing one at once. An input
+reached later pauses the run when nobody can be asked (ruling 1). An input whose description
+calls it optional ("Optional: …", "… (optional)") may be left out; it is then empty.
+"""
+
+from __future__ import annotations
+
+import re
+
+from openprose.language import nodes as n
+
+_OPTIONAL = re.compile(r"\boptional\b", re.IGNORECASE)
+_DECLARATIONS = (n.Input, n.Use, n.ImportSkill, n.AgentDef, n.BlockDef)
+
+
+def is_optional(description: str) -> bool:
+    """Whether an input's description says it may be left out."""
+    return bool(_OPTIONAL.search(description))
+
+
+def upfront(program: n.Program) -> list[n.Input]:
+    """The inputs declared before the first executable statement."""
+    found = []
+    for stmt in program.body:
+        if not isinstance(stmt, _DECLARATIONS):
+            break
+        if isinstance(stmt, n.Input):
+            found.append(stmt)
+    return found
+
+
+def missing(program: n.Program, given: dict[str, object]) -> list[tuple[str, str]]:
+    """Up-front inputs without a value that are not optional: (name, description)."""
+    return [(decl.name, decl.prompt.text) for decl in upfront(program)
+            if decl.name not in given and not is_optional(decl.prompt.text)]
+
+
+def undeclared(program: n.Program, given: dict[str, object]) -> list[str]:
+    """Names given that the program declares no input for."""
+    declared = {decl.name for decl in program.inputs}
+    return [name for name in given if name not in declared]
