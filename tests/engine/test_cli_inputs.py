@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +180,32 @@ def test_json_result_for_compile_errors(project):
     data = json.loads(result.stdout.strip().splitlines()[-1])
     assert data["status"] == "invalid" and data["run_id"] is None
     assert "bad.prose:1:8" in data["errors"][0] and "E005" in data["errors"][0]
+
+
+def test_a_warning_is_reported_once_per_statement_not_per_iteration(project):
+    (project / "w.prose").write_text('agent captain:\n  persist: true\n  prompt: "You lead"\n\n'
+                                     'repeat 5:\n  session: captain\n    prompt: "next step"\n')
+    (project / "ok.yaml").write_text("default_output: ok\n")
+    result = _invoke(project, "run", str(project / "w.prose"), "--provider", "scripted",
+                     "--script", str(project / "ok.yaml"), "--json")
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    assert data["status"] == "completed" and data["sessions"] == 5
+    assert len(data["warnings"]) == 1 and data["warnings"][0].startswith("W011")
+
+
+def test_json_result_for_an_interrupt(project):
+    (project / "slow.prose").write_text('output s = session "Go"\n')
+    (project / "slow.yaml").write_text("default_output: ok\nlatency: 60\n")
+    proc = subprocess.Popen([PROSE, "run", "slow.prose", "--provider", "scripted", "--script",
+                             "slow.yaml", "--json"], cwd=project, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        started = proc.stderr.readline()
+        assert started.endswith("started\n"), started
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert json.loads(out) == {"run_id": started.split()[1], "status": "interrupted"}

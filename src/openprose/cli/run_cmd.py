@@ -77,8 +77,7 @@ def _project(project: str, command: str) -> Path:
     return root
 
 
-_URL_OR_SHORTHAND = re.compile(r"^(https?://|@?[A-Za-z0-9_][A-Za-z0-9_.-]*/"
-                               r"[A-Za-z0-9_][A-Za-z0-9_.-]*$)")
+_SHORTHAND = re.compile(r"^@?[A-Za-z0-9_][A-Za-z0-9_.-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 def _read_program(spec: str, root: Path, command: str) -> tuple[str, str]:
@@ -91,8 +90,8 @@ def _read_program(spec: str, root: Path, command: str) -> tuple[str, str]:
             if sys.stdin is None:
                 _refuse(command, "stdin is closed: there is no program to read from '-'")
             return decode_source(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
-        if not Path(spec).exists() and _URL_OR_SHORTHAND.match(spec) \
-                and not spec.endswith(".prose"):
+        if spec.startswith(("http://", "https://")) or (
+                _SHORTHAND.match(spec) and not Path(spec).exists()):
             fetched = fetch_program(spec, root)
             if fetched is not None:
                 return fetched

@@ -2,7 +2,8 @@
 
 Resolution (ruling 6): ``http(s)://`` URLs are fetched as given; ``handle/slug`` (optionally
 ``@handle/slug``) is registry shorthand for ``https://p.prose.md/handle/slug``; anything else
-is a local path relative to the importing file (or URL). Fetched programs are cached under
+is a local path relative to the importing file (or URL); ``OPENPROSE_REGISTRY`` points the
+shorthand at another registry (a mirror, or a local server in tests). Fetched programs are cached under
 ``.prose/cache/imports/`` by content hash, with an index from URL to hash, so a run can go on
 when the network cannot; imported programs' own ``use`` statements resolve the same way.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +49,8 @@ def resolve(spec: str, base: str | None) -> Location:
     shorthand = _SHORTHAND.match(spec)
     if shorthand and not spec.endswith(".prose"):
         handle, slug = shorthand.groups()
-        return Location(f"{REGISTRY}/{handle}/{slug}", True, f"{handle}--{slug}")
+        registry = os.environ.get("OPENPROSE_REGISTRY", REGISTRY).rstrip("/")
+        return Location(f"{registry}/{handle}/{slug}", True, f"{handle}--{slug}")
     if base is not None and base.startswith(("http://", "https://")):
         url = urljoin(base, spec)
         return Location(url, True, _url_state_name(url))
@@ -117,7 +120,10 @@ class ImportLoader:
             cached = self._cached(location.where)
             if cached is not None:
                 return cached
-            raise ImportFailed(f"cannot fetch {location.where}: {err}") from err
+            reason = (f"HTTP {err.response.status_code} {err.response.reason_phrase}"
+                      if isinstance(err, httpx.HTTPStatusError)
+                      else (str(err).splitlines() or [type(err).__name__])[0])
+            raise ImportFailed(f"cannot fetch {location.where}: {reason}") from err
         self._store(location.where, response.text)
         return response.text
 
