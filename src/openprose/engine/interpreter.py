@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -506,11 +506,13 @@ class Interpreter:
         self.emit("verdict", key, node, f"{verdict.value}: {verdict.reason}")
         return verdict.value
 
-    def visible(self, scope: Scope, last: Value, round_: int) -> list[judging.Seen]:
+    def visible(self, scope: Scope, last: Value, round_: int) -> Iterator[judging.Seen]:
         """What a judgment sees: the latest loop iteration's result, then every binding in
-        scope (and those finished block calls left), most recently written first."""
-        seen = [judging.Seen(judging.LATEST, "loop result", values.to_text(last),
-                             "the loop body's value")] if round_ else []
+        scope (and those finished block calls left), most recently written first. Lazy:
+        values are rendered only for the bindings the judgment gets."""
+        if round_:
+            yield judging.Seen(judging.LATEST, "loop result", values.to_text(last),
+                               "the loop body's value")
         slots = {name: (slot, eid) for name, slot, eid in scope.visible()}
         for name, slot in self.escaped.items():
             slots.setdefault(name, (slot, None))
@@ -518,8 +520,7 @@ class Interpreter:
             text = "(no value)" if slot.value is None else values.to_text(slot.value)
             where = (self.journal.location(name, eid) if slot.kind not in ("loop", "error")
                      else f"{slot.kind} variable (in scope only)")
-            seen.append(judging.Seen(name, slot.kind, text, where))
-        return seen
+            yield judging.Seen(name, slot.kind, text, where)
 
     async def v_If(self, node: n.If, ctx: Ctx, target: Target | None) -> Value:
         for i, branch in enumerate(node.branches):

@@ -10,8 +10,9 @@ comes first.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import islice
 
 from openprose.engine.provider import VERBATIM_LIMIT, ContextItem
 
@@ -19,6 +20,7 @@ LINES_BEFORE = 8  # program lines shown above the statement
 LINES_MAX = 40  # program lines shown at most
 LINE_WIDTH = 200  # characters shown of one program line
 BUDGET = 12_000  # characters of binding values per judgment
+MAX_ITEMS = 40  # bindings listed at most (the most recent ones)
 PREVIEW = 600  # characters shown of a value too long to show whole
 LATEST = "latest iteration"
 
@@ -47,15 +49,15 @@ def _cut(line: str) -> str:
     return line if len(line) <= LINE_WIDTH else line[:LINE_WIDTH] + " …"
 
 
-def context_items(seen: list[Seen], budget: int = BUDGET
+def context_items(seen: Iterable[Seen], budget: int = BUDGET
                   ) -> tuple[tuple[ContextItem, ...], Callable[[str], str] | None]:
-    """Context items within ``budget`` characters, in the order given, and a reader of the
-    whole values (``None`` when every value is shown whole)."""
+    """Context items within ``budget`` characters, in the order given (the first
+    ``MAX_ITEMS``), and a reader of the whole values (``None`` when all are shown whole)."""
     items: list[ContextItem] = []
     whole: dict[str, str] = {}
     left = budget
     cut = False
-    for entry in seen:
+    for entry in islice(seen, MAX_ITEMS):
         whole[entry.name] = entry.text
         size = len(entry.text)
         if size <= min(VERBATIM_LIMIT, left):
