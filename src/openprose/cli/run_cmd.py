@@ -54,7 +54,7 @@ def _refuse(command: str, message: str) -> NoReturn:
     sys.exit(2)
 
 
-def _parse_inputs(pairs: tuple[str, ...], command: str) -> dict[str, str]:
+def _parse_inputs(pairs: tuple[str, ...], command: str = "run") -> dict[str, str]:
     inputs: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
