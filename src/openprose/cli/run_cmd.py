@@ -70,7 +70,8 @@ def _project(project: str, command: str) -> Path:
     """The project root: it must exist (it is never created), and so must be usable."""
     root = Path(project)
     if not root.is_dir():
-        _refuse(command, f"--project {project}: no such directory")
+        _refuse(command, f"--project {project}: "
+                         f"{'not a directory' if root.exists() else 'no such directory'}")
     dot = root / ".prose"
     if dot.exists() and not dot.is_dir():
         _refuse(command, f"{dot} is a file; the project's state needs a .prose directory there")
@@ -128,15 +129,15 @@ def _common(fn: Any) -> Any:
         click.option("--provider", type=click.Choice(PROVIDERS), default=None,
                      help="Who runs sessions and judges conditions (default: anthropic; "
                           "resume: the run's own)."),
-        click.option("--script", type=click.Path(dir_okay=False),
+        click.option("--script",
                      help="Script file for --provider scripted (resume: the run's own)."),
         click.option("--max-concurrency", type=click.IntRange(1, 1000), default=None,
                      help=f"Most model calls in flight at once (default: {CONCURRENCY}; "
                           "resume: the run's own)."),
         click.option("--json", "as_json", is_flag=True,
                      help="Print one JSON result: run_id, status, outputs, sessions, tokens."),
-        click.option("--project", type=click.Path(file_okay=False), default=".",
-                     show_default=True, help="Project root holding .prose/."),
+        click.option("--project", default=".", show_default=True,
+                     help="Project root holding .prose/ (an existing directory)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -197,7 +198,7 @@ def _check_declared(unknown: list[str], program: Any, command: str) -> None:
 @click.argument("run_id")
 @click.option("--input", "inputs", multiple=True, metavar="NAME=VALUE|NAME=@FILE",
               help="Supply an input the run paused on (repeatable).")
-@click.option("--program", "program_file", type=click.Path(dir_okay=False),
+@click.option("--program", "program_file",
               help="Resume against this (possibly edited) program instead of the run's copy; "
                    "refused where a recorded step no longer matches.")
 @_common
