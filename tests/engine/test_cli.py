@@ -99,7 +99,7 @@ def test_mid_program_input_pauses_then_resume_supplies_it(tmp_path):
                       "default_output: ok\n")
     paused = _invoke(["run", str(prog), "--provider", "scripted", "--script", str(script)],
                      tmp_path)
-    assert paused.exit_code == 3 and "paused at input 'go'" in paused.output
+    assert paused.exit_code == 3 and "paused at input 'go' (Proceed?)" in paused.output
     run_id = paused.output.split("run ", 1)[1].split()[0]
     done = _invoke(["resume", run_id, "--input", "go=yes", "--provider", "scripted",
                     "--script", str(script), "--json"], tmp_path)
