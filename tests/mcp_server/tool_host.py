@@ -262,10 +262,10 @@ class Subagents(Provider):
 
 
 class HostInterpreter(Interpreter):
-    async def judge(self, node: Any, ctx: Any, key: str, options: tuple[str, ...] = (),
-                    round_: int = 0, last: Any = None) -> bool | str:
+    async def judge(self, node: Any, ctx: Any, key: str, *args: Any, **kwargs: Any
+                    ) -> bool | str:
         EID.set(ctx.execution_id)  # record_verdict names the frame the condition is in
-        return await super().judge(node, ctx, key, options, round_, last)
+        return await super().judge(node, ctx, key, *args, **kwargs)
 
 
 async def _no_sleep(seconds: float) -> None:
