@@ -80,6 +80,9 @@ class MemJournal:
     def bind(self, name, value, kind, execution_id, source):
         self.bindings[(name, execution_id)] = (value, kind)
 
+    def reuse(self, name, value, kind, execution_id, source):
+        self.bindings[(name, execution_id)] = (value, kind)
+
     def location(self, name, execution_id):
         return f"mem:{name}" + (f"__{execution_id}" if execution_id else "")
 

@@ -346,6 +346,8 @@ class Interpreter:
             self.totals.reused += 1
             self.emit("session_reused", ctx.path, node)
             value = recorded.value
+            if name is not None:  # the binding may have been written over since
+                self.journal.reuse(name, value, kind, ctx.execution_id, self.source_of(node))
         else:
             value = await self.spawn(node, ctx, merged, name, kind, prompt, system, items, refs,
                                      digest)

@@ -77,6 +77,10 @@ class Journal(Protocol):
     def bind(self, name: str, value: Value, kind: str, execution_id: int | None,
              source: str) -> None: ...
 
+    def reuse(self, name: str, value: Value, kind: str, execution_id: int | None,
+              source: str) -> None:
+        """A finished session's result is used again: its binding must hold that value."""
+
     def location(self, name: str, execution_id: int | None) -> str: ...
 
     def has_memory(self, agent: str, persist: str) -> bool: ...

@@ -244,6 +244,20 @@ class StateJournal:
         self.run.write_binding(state.BindingRef(name, execution_id), to_text(value),
                                kind if kind in _KINDS else "let", source)
 
+    def reuse(self, name: str, value: Value, kind: str, execution_id: int | None,
+              source: str) -> None:
+        """Put a reused session's value back in its binding when something wrote over it
+        since (a resumed run re-executes the ``let`` before it, say), so a model reading the
+        binding sees what the run's own values say."""
+        ref = state.BindingRef(name, execution_id)
+        text = to_text(value)
+        try:
+            if self.run.read_binding(ref).value == text:
+                return
+        except state.NotFoundError:
+            pass
+        self.run.write_binding(ref, text, kind if kind in _KINDS else "let", source)
+
     def location(self, name: str, execution_id: int | None) -> str:
         try:
             return self.run.binding_location(state.BindingRef(name, execution_id))

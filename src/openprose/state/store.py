@@ -465,6 +465,26 @@ class Run:
         grant = self._ended(token)
         self.backend.put_capability(self.id, grant)
 
+    def end_abandoned_sessions(self) -> int:
+        """End the session capabilities an earlier driver of this run left live: it died
+        (or stopped) before their sessions finished, and a capability never outlives its
+        driver. Their bindings go back to the VM; their steps, never completed, run again.
+        Call it when taking over a run, before anything else. Returns how many ended."""
+        with self._lock:
+            hashes = list(self._live.values())
+        ended = []
+        for token_hash in hashes:
+            try:
+                grant = self.store.end_grant(token_hash, self.id)
+            except CapabilityError:  # ended meanwhile
+                continue
+            with self._lock:
+                self._live.pop(BindingRef(grant["name"], grant["execution_id"]), None)
+            ended.append(grant)
+        for grant in ended:
+            self.backend.put_capability(self.id, grant)
+        return len(ended)
+
     def _ended(self, token: str) -> dict[str, Any]:
         grant = self.store.end_grant(_hash(token), self.id)
         with self._lock:
