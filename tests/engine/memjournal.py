@@ -59,6 +59,7 @@ class MemJournal:
     bindings: dict = field(default_factory=dict)
     results: dict = field(default_factory=dict)
     verdicts: dict = field(default_factory=dict)
+    decisions: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     aborted: list = field(default_factory=list)
@@ -73,6 +74,12 @@ class MemJournal:
 
     def verdict(self, key):
         return self.verdicts.get(key)
+
+    def decision(self, key, branches):
+        return self.decisions.get(key)
+
+    def record_decision(self, key, decision):
+        self.decisions[key] = decision
 
     def record_verdict(self, key, input_hash, value, reason, source, line):
         self.verdicts[key] = Recorded(input_hash, value, reason)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from openprose.engine.interpreter import Options
 from openprose.engine.scripted import ScriptedProvider
 from openprose.language import compile_or_raise
 from openprose.state import BindingRef, open_store
+from openprose.state.store import Run
 
 BACKENDS = ["filesystem", "sqlite", pytest.param(
     "postgres", marks=[pytest.mark.postgres, pytest.mark.skipif(
@@ -108,3 +110,96 @@ def test_a_reused_sessions_value_is_what_every_reader_sees(tmp_path, backend):
     assert _started(provider) == ["2"]
     assert outcome.outputs == {"o": "saw fast result"}
     assert _value(root, backend, run_id, "x") == "fast result"
+
+
+def _slow_commits(monkeypatch, before: float = 0.0, after: float = 0.0):
+    """A disk that takes its time: each commit waits ``before`` writing and ``after``
+    returning (the write already durable). Returns the undo."""
+    original = Run.complete_sessions
+
+    def slow(self, completions):
+        time.sleep(before)
+        result = original(self, completions)
+        time.sleep(after)
+        return result
+
+    monkeypatch.setattr(Run, "complete_sessions", slow)
+    return lambda: monkeypatch.setattr(Run, "complete_sessions", original)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_commit_landing_after_a_fail_fast_cancel_is_not_run_again(tmp_path, backend,
+                                                                     monkeypatch):
+    program = ('parallel:\n  a = session "Steady"\n  b = session "Breaks"\n'
+               'output o = session "After"\n  context: { a, b }\n')
+    steady = {"match": "Steady", "output": "steady", "latency": 0.01}
+    undo = _slow_commits(monkeypatch, after=0.5)  # the cancel comes while the commit returns
+    first = ScriptedProvider({"sessions": [steady, {"match": "Breaks", "latency": 0.15}]})
+    failed = _run(tmp_path, program, first, backend)
+    assert failed.status == "failed"
+    undo()
+    fixed = ScriptedProvider({"sessions": [steady], "default_output": "fine"})
+    outcome = _run(tmp_path, program, fixed, backend, failed.run_id)
+    assert outcome.status == "completed", outcome.error
+    assert _started(fixed) == ["0|1", "1"]  # the steady branch had committed
+
+
+FIRST = ('parallel ("first"):\n  a = session "Alpha"\n  b = session "Beta"\n'
+         '  c = session "Gamma"\noutput o = session "Report"\n  context: { a, b, c }\n')
+FIRST_SCRIPT = {"sessions": [{"match": "Beta", "output": "beta", "latency": 0.01},
+                             {"match": "Alpha", "output": "alpha", "latency": 0.05},
+                             {"match": "Gamma", "output": "gamma", "latency": 2},
+                             {"match": "Report.*", "output": "report: \\g<0>"}]}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_first_joins_winner_is_replayed_though_a_loser_committed_late(tmp_path, backend,
+                                                                        monkeypatch):
+    undo = _slow_commits(monkeypatch, before=0.2)  # Alpha's commit lands after it was cancelled
+    provider = ScriptedProvider(FIRST_SCRIPT)
+    done = _run(tmp_path, FIRST, provider, backend)
+    assert done.status == "completed", done.error
+    with open_store(tmp_path, backend) as store:
+        journal = store.open_run(done.run_id).journal_entries()
+    assert any(e.key == "0|0" and e.status == "completed" for e in journal)  # late commit
+    undo()
+    again = ScriptedProvider(FIRST_SCRIPT)
+    outcome = _run(tmp_path, FIRST, again, backend, done.run_id)
+    assert outcome.status == "completed", outcome.error
+    assert outcome.outputs == done.outputs
+    assert "beta" in outcome.outputs["o"] and "alpha" not in outcome.outputs["o"]
+    assert _started(again) == []
+
+
+ANY = ('parallel ("any", count: 2):\n  a = session "One"\n  b = session "Two"\n'
+       '  c = session "Three"\n  d = session "Four"\n'
+       'output o = session "Choose"\n  context: { a, b, c, d }\n')
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resuming_after_an_any_join_replays_its_winners(tmp_path, backend):
+    script = {"sessions": [{"match": "One|Two", "output": "slow", "latency": 1},
+                           {"match": "Three|Four", "output": "quick", "latency": 0.01},
+                           {"match": "Choose.*", "output": "chose \\g<0>"}]}
+    done = _run(tmp_path, ANY, ScriptedProvider(script), backend)
+    assert done.status == "completed", done.error
+    again = ScriptedProvider(script)
+    outcome = _run(tmp_path, ANY, again, backend, done.run_id)
+    assert outcome.status == "completed", outcome.error
+    assert outcome.outputs == done.outputs and _started(again) == []
+
+
+CORPUS_19 = (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" /
+             "19-advanced-parallel.prose").resolve()
+
+
+@pytest.mark.skipif(not CORPUS_19.exists(), reason="corpus not present")
+def test_a_completed_run_of_corpus_19_resumes_unchanged(tmp_path):
+    source = CORPUS_19.read_text(encoding="utf-8")
+    script = {"default_output": "yes", "latency": 0.01}
+    done = _run(tmp_path, source, ScriptedProvider(script))
+    assert done.status == "completed", done.error
+    again = ScriptedProvider(script)
+    outcome = _run(tmp_path, source, again, "filesystem", done.run_id)
+    assert outcome.status == "completed", outcome.error
+    assert _started(again) == []

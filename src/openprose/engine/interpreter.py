@@ -33,7 +33,7 @@ from openprose.engine.errors import (
 from openprose.engine.events import Event, Listener
 from openprose.engine.imports import Imported
 from openprose.engine.journal import Journal, OpenSession, SessionSpec
-from openprose.engine.parallel import join
+from openprose.engine.parallel import join, replay
 from openprose.engine.provider import (
     ContextItem,
     JudgeRequest,
@@ -651,10 +651,21 @@ class Interpreter:
             body = branch.body.expr if isinstance(branch.body, n.ExprStmt) else branch.body
             return lambda: self.bind(branch.name, "let", body, branch, sub)
 
-        outcome = await join(
-            [make(i, b) for i, b in enumerate(node.branches)],
-            strategy=node.join, on_fail=node.on_fail, count=node.count,
-            on_cancel=lambda i: self.cancelled(keys.branch(ctx.path, i), node.branches[i]))
+        branches = [make(i, b) for i, b in enumerate(node.branches)]
+
+        def on_cancel(i: int) -> None:
+            self.cancelled(keys.branch(ctx.path, i), node.branches[i])
+
+        decided = None
+        if node.join in ("first", "any"):  # which branches win depends on timing
+            decided = self.journal.decision(ctx.path, len(branches))
+        if decided is not None:
+            outcome = await replay(branches, decided, on_cancel)
+        else:
+            outcome = await join(
+                branches, strategy=node.join, on_fail=node.on_fail, count=node.count,
+                on_cancel=on_cancel, on_decide=None if node.join not in ("first", "any")
+                else lambda decision: self.journal.record_decision(ctx.path, decision))
         for i, branch in enumerate(node.branches):
             if branch.name is not None and i not in outcome.values:
                 ctx.scope.bind(branch.name, None, "let")

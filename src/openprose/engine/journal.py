@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from openprose.engine.parallel import Decision
 from openprose.engine.provider import ContextItem, SessionIO, Usage
 from openprose.engine.values import Value
 
@@ -70,6 +71,11 @@ class Journal(Protocol):
         ...
 
     def verdict(self, key: str) -> Recorded | None: ...
+
+    def decision(self, key: str, branches: int) -> Decision | None:
+        """The join decision recorded at ``key`` (None: none, or it does not fit)."""
+
+    def record_decision(self, key: str, decision: Decision) -> None: ...
 
     def record_verdict(self, key: str, input_hash: str, value: bool | str, reason: str,
                        source: str, line: int) -> None: ...

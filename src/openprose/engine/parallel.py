@@ -24,6 +24,31 @@ class Outcome:
     cancelled: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Which branches a join took (``won``) and which had failed when it decided
+    (``failed``: index → message); every other branch was cancelled. Timing makes this
+    decision, so a resumed run replays it instead of deciding again."""
+
+    won: tuple[int, ...]
+    failed: tuple[tuple[int, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"won": list(self.won), "failed": [list(f) for f in self.failed]}
+
+    @classmethod
+    def from_json(cls, data: Any, branches: int) -> Decision | None:
+        """The decision recorded as ``data``, or None if it does not fit ``branches``."""
+        try:
+            won = tuple(int(i) for i in data["won"])
+            failed = tuple((int(i), str(m)) for i, m in data.get("failed", ()))
+        except (TypeError, KeyError, ValueError):
+            return None
+        if not all(0 <= i < branches for i in (*won, *(i for i, _ in failed))):
+            return None
+        return cls(won, failed)
+
+
 async def join(
     branches: list[Callable[[], Coroutine[Any, Any, Any]]],
     *,
@@ -33,12 +58,14 @@ async def join(
     on_cancel: Callable[[int], None] = lambda i: None,
     window: int | None = None,
     refill_delay: Callable[[], float] = lambda: 0.0,
+    on_decide: Callable[[Decision], None] | None = None,
 ) -> Outcome:
     """Run ``branches`` and return their outcome, or raise :class:`ParallelFailed`.
 
     With a ``window``, at most that many branches are under way at once (a thousand started
     at once would spend the event loop's time preparing work the concurrency cap keeps
-    waiting anyway); when one ends, the next starts ``refill_delay()`` seconds later."""
+    waiting anyway); when one ends, the next starts ``refill_delay()`` seconds later.
+    ``on_decide`` hears a successful join's decision before the losers are cancelled."""
     loop = asyncio.get_running_loop()
     closed = False
     tasks: dict[asyncio.Task[Any], int] = {}
@@ -73,6 +100,10 @@ async def join(
                 loop.call_later(delay, launch)
             else:
                 launch()
+        if on_decide is not None and _failure(outcome, strategy, on_fail, needed,
+                                              len(branches)) is None:
+            on_decide(Decision(tuple(sorted(outcome.values)),
+                               tuple((i, e.message) for i, e in sorted(outcome.errors.items()))))
     finally:
         closed = True
         pending = [task for task in tasks if not task.done()]
@@ -86,7 +117,26 @@ async def join(
         for i in [tasks[task] for task in pending] + list(upcoming):
             outcome.cancelled.append(i)
             on_cancel(i)
-    _check(outcome, strategy, on_fail, needed, len(branches))
+    failure = _failure(outcome, strategy, on_fail, needed, len(branches))
+    if failure is not None:
+        raise failure
+    return outcome
+
+
+async def replay(branches: list[Callable[[], Coroutine[Any, Any, Any]]], decision: Decision,
+                 on_cancel: Callable[[int], None] = lambda i: None) -> Outcome:
+    """The outcome of a join decided before (in an earlier run of the same program): only
+    the branches it took run again (their finished steps are reused); the branches that
+    had failed keep their errors; the rest stay cancelled."""
+    won = list(decision.won)
+    again = await join([branches[i] for i in won])
+    outcome = Outcome(values={won[k]: value for k, value in again.values.items()},
+                      errors={i: ProgramError(message) for i, message in decision.failed})
+    failed = dict(decision.failed)
+    for i in range(len(branches)):
+        if i not in outcome.values and i not in failed:
+            outcome.cancelled.append(i)
+            on_cancel(i)
     return outcome
 
 
@@ -101,20 +151,22 @@ def _settled(outcome: Outcome, strategy: str, on_fail: str, needed: int) -> bool
     return False
 
 
-def _check(outcome: Outcome, strategy: str, on_fail: str, needed: int, total: int) -> None:
+def _failure(outcome: Outcome, strategy: str, on_fail: str, needed: int, total: int
+             ) -> ProgramError | None:
+    """The error the join ends with under its failure policy (None: it succeeded)."""
     errors = outcome.errors
     if not errors or on_fail == "ignore":
-        return
+        return None
     if strategy == "any":
         if len(outcome.values) >= needed:
-            return
+            return None
         message = f"parallel (\"any\") got {len(outcome.values)} of {needed} successes"
     elif strategy == "first" and on_fail == "continue":
-        return
+        return None
     else:
         message = f"{len(errors)} of {total} parallel branches failed"
     for error in errors.values():  # the program's recursion limit, not one branch's failure
         if isinstance(error, RecursionLimitExceeded):
-            raise error
+            return error
     details = "; ".join(f"branch {i + 1}: {e.message}" for i, e in sorted(errors.items()))
-    raise ParallelFailed(f"{message}: {details}", {str(i): e for i, e in errors.items()})
+    return ParallelFailed(f"{message}: {details}", {str(i): e for i, e in errors.items()})

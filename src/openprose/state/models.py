@@ -77,7 +77,7 @@ class JournalEntry:
     """One durable-execution record, keyed by a stable statement key."""
 
     key: str
-    kind: str  # intent | result | verdict | note
+    kind: str  # intent | result | verdict | decision | note
     input_hash: str = ""
     status: str = ""
     binding: BindingRef | None = None
@@ -86,6 +86,15 @@ class JournalEntry:
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+def final_result(previous: JournalEntry | None, entry: JournalEntry) -> bool:
+    """Whether ``previous`` stays the step's result although ``entry`` came later: a
+    completed result is final (a cancellation noted after the commit landed, say, never
+    downgrades it)."""
+    return (previous is not None and previous.kind == "result"
+            and previous.status == "completed" and entry.kind == "result"
+            and entry.status != "completed")
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from openprose.state.models import (
     SessionStart,
     StateSnapshot,
     Usage,
+    final_result,
 )
 from openprose.state.names import check_name, check_run_id, check_slug, contained_path, new_run_id
 from openprose.state.render import render_state
@@ -258,9 +259,11 @@ class Run:
                 self._live[BindingRef(grant["name"], grant["execution_id"])] = grant["hash"]
 
     def _remember(self, entry: JournalEntry) -> None:
-        slot = "verdict" if entry.kind == "verdict" else "step"
+        slot = entry.kind if entry.kind in ("verdict", "decision") else "step"
         previous = self._journal.get((slot, entry.key))
         if previous is not None and previous.kind == "result" and entry.kind == "intent":
+            return
+        if final_result(previous, entry):
             return
         self._journal[(slot, entry.key)] = entry
         if entry.kind == "result" and entry.status == "completed":
@@ -577,6 +580,19 @@ class Run:
 
     def verdict(self, key: str) -> JournalEntry | None:
         return self._journal.get(("verdict", key))
+
+    def record_decision(self, key: str, value: dict[str, Any]) -> None:
+        """A construct's decision that timing made (which ``parallel`` branches won), durable:
+        a resumed run replays it instead of deciding again. The first one recorded stands."""
+        if self.decision(key) is not None:
+            return
+        entry = JournalEntry(key, "decision", status="completed", value=value,
+                             meta={"at": _stamp()})
+        self.backend.append_journal(self.id, entry, durable=True)
+        self._remember(entry)
+
+    def decision(self, key: str) -> JournalEntry | None:
+        return self._journal.get(("decision", key))
 
     def usage_totals(self) -> Usage:
         return self._usage

@@ -21,6 +21,7 @@ from openprose.state.models import (
     JournalEntry,
     StatementStatus,
     Usage,
+    final_result,
 )
 from openprose.state.program_map import Enclosing, program_map
 
@@ -164,6 +165,8 @@ def build_steps(entries: list[JournalEntry], source: str, running: bool) -> list
         elif entry.kind == "result":
             if entry.status == "completed" and entry.binding is None:
                 continue  # a note (such as a step finished inside a block call)
+            if step.status == "complete" and entry.status != "completed":
+                continue  # a completed result is final
             step.status = _RESULT_STATUS.get(entry.status, entry.status)
             step.binding = entry.binding or step.binding
             step.error = entry.error
@@ -183,7 +186,7 @@ def usage_of(entries: list[JournalEntry]) -> Usage:
     """Sessions, tokens and cost of a run's completed sessions (its latest result per key)."""
     latest: dict[str, JournalEntry] = {}
     for entry in entries:
-        if entry.kind == "result":
+        if entry.kind == "result" and not final_result(latest.get(entry.key), entry):
             latest[entry.key] = entry
     usage = Usage()
     for entry in latest.values():
