@@ -96,7 +96,7 @@ class MemJournal:
     def has_memory(self, agent, persist):
         return agent in self.memory
 
-    def push_frame(self, block, args, parent, max_depth):
+    def push_frame(self, block, args, parent, max_depth, key):
         eid = self.next_id
         self.next_id += 1
         depth = 1 + next((d for e, _, d in self.frames if e == parent), 0)

@@ -203,3 +203,31 @@ def test_a_completed_run_of_corpus_19_resumes_unchanged(tmp_path):
     outcome = _run(tmp_path, source, again, "filesystem", done.run_id)
     assert outcome.status == "completed", outcome.error
     assert _started(again) == []
+
+
+BLOCK = '''\
+block work(topic):
+  let x = session "Fast step {topic}"
+  let y = session "Slow step"
+    context: x
+  output y
+let r = do work("t")
+output o = r
+'''
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_resumed_block_call_keeps_its_frame(tmp_path, backend):
+    root = killing.project(tmp_path, BLOCK, SLOW.replace("Fast step", "Fast step t"))
+    run_id = killing.kill_during(root, backend, "1>work.1")
+    provider = _ReadsContext(yaml.safe_load(QUICK))
+    outcome = _run(root, BLOCK, provider, backend, run_id)
+    assert outcome.status == "completed", outcome.error
+    assert _started(provider) == ["1>work.1"]
+    assert outcome.outputs == {"o": "saw fast result"}
+    with open_store(root, backend) as store:
+        run = store.open_run(run_id)
+        frames = run.frames()
+        scoped = {b.name: b.execution_id for b in run.bindings() if b.execution_id}
+    assert [(f.execution_id, f.status) for f in frames] == [(1, "completed")]
+    assert scoped == {"topic": 1, "x": 1, "y": 1}

@@ -701,3 +701,43 @@ def test_a_vm_write_after_a_session_survives_reopen(stores, program):
     for _ in range(2):
         assert stores.open().open_run(run.id).read_binding(BindingRef("draft")).value == \
             "rewritten by the program"
+
+
+def test_a_reopened_run_enters_a_keyed_call_again_under_its_execution_id(stores, program):
+    run = stores.open().create_run(program)
+    outer = run.push_frame("outer", key="1>outer")
+    inner = run.push_frame("inner", parent=outer.execution_id, key="1>outer.0>inner")
+    run.push_frame("plain")
+
+    again = stores.open().open_run(run.id)
+    assert again.push_frame("outer", key="1>outer").execution_id == outer.execution_id
+    assert again.push_frame("inner", parent=outer.execution_id,
+                            key="1>outer.0>inner").execution_id == inner.execution_id
+    # once per drive: the same place entered again in this drive is a new call
+    assert again.push_frame("outer", key="1>outer").execution_id == 4
+    assert again.push_frame("other", key="9>other").execution_id == 5
+    for eid in (2, 1, 4, 5):
+        again.pop_frame(eid)
+    again.finish("completed")  # the call never entered again is not left executing
+    statuses = {f.execution_id: f.status for f in stores.open().open_run(run.id).frames()}
+    assert statuses == {1: "completed", 2: "completed", 3: "cancelled", 4: "completed",
+                        5: "completed"}
+
+
+def test_a_sqlite_run_made_before_call_keys_opens_and_keys_its_calls(tmp_path, program):
+    import sqlite3
+
+    from openprose.state import open_store
+
+    with open_store(tmp_path, "sqlite", home=tmp_path / "home") as store:
+        run = store.create_run(program)
+        run.push_frame("old")
+    db = tmp_path / ".prose" / "runs" / run.id / "state.db"
+    with sqlite3.connect(db) as conn:  # the table as the first release made it
+        conn.execute("ALTER TABLE frames DROP COLUMN call_key")
+    with open_store(tmp_path, "sqlite", home=tmp_path / "home") as store:
+        again = store.open_run(run.id)
+        assert [f.block for f in again.frames()] == ["old"]
+        again.push_frame("new", key="3>new")
+    with open_store(tmp_path, "sqlite", home=tmp_path / "home") as store:
+        assert store.open_run(run.id).push_frame("new", key="3>new").execution_id == 2

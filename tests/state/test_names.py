@@ -260,3 +260,21 @@ def test_contained_path_resolves_symlinks(tmp_path):
     with pytest.raises(PathEscapeError):
         contained_path("outer-link/a", [root], root)
     assert os.path.islink(root / "outer-link")
+
+
+def test_a_root_name_shaped_like_a_scoped_binding_is_never_written(run):
+    """`a__1` at the root and `a` in execution 1 would be one file on the filesystem (and
+    two rows in SQL): such names are refused for writing on every backend."""
+    run.push_frame("blk")
+    run.write_binding(BindingRef("a", 1), "INNER", "let", "s")
+    for name in ("a__1", "a__01", "x__123"):
+        missed = refuses(InvalidNameError, {
+            f"write_binding({name!r})": lambda n=name: run.write_binding(BindingRef(n), "OUTER",
+                                                                         "let", "s"),
+            f"grant_session({name!r})": lambda n=name: run.grant_session(BindingRef(n), "let",
+                                                                         "s"),
+        })
+        assert missed == []
+    assert run.read_binding(BindingRef("a", 1)).value == "INNER"
+    for fine in ("a__b", "a_1", "a__1x", "__1"):  # "__1" would be an empty name in 1
+        run.write_binding(BindingRef(fine), "v", "let", "s")

@@ -128,7 +128,7 @@ def _print_view(view: Any, segments: dict[Any, int]) -> None:
         for line in constructs:
             out.print(escape(line), overflow="ellipsis", no_wrap=True)
         out.print()
-    stack = [f for f in view.frames if f.status != "completed"]
+    stack = [f for f in view.frames if f.status == "executing"]
     if stack and not view.finished:
         out.print("[bold]call stack[/] (innermost first)")
         for frame in sorted(stack, key=lambda f: -f.execution_id)[:20]:

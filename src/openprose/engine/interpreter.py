@@ -733,7 +733,7 @@ class Interpreter:
             raise RecursionLimitExceeded(f"block '{block.name}' exceeded max_depth {limit}")
         path = keys.call(ctx.path, block.name)
         bound = dict(zip(block.params, args, strict=True))
-        eid = self.journal.push_frame(block.name, bound, ctx.execution_id, limit)
+        eid = self.journal.push_frame(block.name, bound, ctx.execution_id, limit, path)
         scope = Scope(parent=ctx.scope, execution_id=eid)
         for param, value in bound.items():
             scope.bind_here(param, value, "param")

@@ -92,7 +92,9 @@ class Journal(Protocol):
     def has_memory(self, agent: str, persist: str) -> bool: ...
 
     def push_frame(self, block: str, args: dict[str, Value], parent: int | None,
-                   max_depth: int) -> int: ...
+                   max_depth: int, key: str) -> int:
+        """Enter a block call at ``key`` (its call path); its execution id. A call an
+        earlier run of the program entered at ``key`` keeps its execution id."""
 
     def pop_frame(self, execution_id: int) -> None: ...
 

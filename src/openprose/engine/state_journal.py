@@ -276,9 +276,9 @@ class StateJournal:
         return self.run.has_memory(agent_ref(agent, persist))
 
     def push_frame(self, block: str, args: dict[str, Value], parent: int | None,
-                   max_depth: int) -> int:
+                   max_depth: int, key: str) -> int:
         frame = self.run.push_frame(block, {k: to_text(v)[:200] for k, v in args.items()},
-                                    parent, max_depth)
+                                    parent, max_depth, key)
         return frame.execution_id
 
     def pop_frame(self, execution_id: int) -> None:

@@ -33,6 +33,9 @@ MAX_PROMPT = 10_000
 MAX_DEPTH_SUPPORTED = 1_000
 SKILL_SOURCE = re.compile(r"^(github:[\w.-]+/[\w.-]+(/[\w./-]*)?|npm:(@[\w.-]+/)?[\w.-]+"
                           r"|\.{1,2}/.*|/.*)$")
+# Block-scoped bindings are stored as NAME__ID (NAME__ID.md on the filesystem): a name of that
+# shape could be two bindings at once.
+SCOPED_STORAGE_NAME = re.compile(r"^.+__\d+$")
 USE_PATH = re.compile(r"^(https?://\S+|@?[\w.-]+/[\w./-]+|\.{0,2}/?[\w./-]+\.prose)$")
 
 ImportLoader = Callable[[n.Use, str | None], "n.Program | None"]
@@ -112,6 +115,7 @@ class Validator:
                               "value the caller should give", node.prompt.span)
             for name, decl in _declarations(node):
                 self.declared.add(name)
+                self.check_storage_name(name, "variable", decl)
                 if isinstance(decl, n.Let) and decl.kind == "const":
                     self.consts.setdefault(name, decl)
                 elif isinstance(decl, n.Let):
@@ -119,6 +123,11 @@ class Validator:
                 if name in self.agents:
                     self.error("E031", f"'{name}' is the name of an agent; choose another name "
                                "for this variable", decl.span)
+
+    def check_storage_name(self, name: str, what: str, node: n.Node) -> None:
+        if SCOPED_STORAGE_NAME.match(name):
+            self.error("E033", f"{what} '{name}' ends in '__' and digits, the way a block "
+                       "call's bindings are stored (NAME__ID): choose another name", node.span)
 
     def collect_use(self, use: n.Use) -> None:
         target = use.path.text.strip()
@@ -244,6 +253,7 @@ class Validator:
                 self.error("E019", f"parameter '{param}' appears twice in block '{block.name}'",
                            block.span)
             seen.add(param)
+            self.check_storage_name(param, "parameter", block)
         if block.max_depth is not None and block.max_depth < 1:
             self.error("E005", "max_depth must be at least 1", block.span)
         if block.max_depth is not None and block.max_depth > MAX_DEPTH_SUPPORTED:

@@ -48,6 +48,7 @@ class Frame:
     parent: int | None = None
     args: dict[str, str] = field(default_factory=dict)
     status: str = "executing"
+    key: str | None = None  # the call's place in the run: a resumed run enters it again
 
 
 @dataclass(frozen=True, slots=True)

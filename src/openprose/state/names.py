@@ -15,6 +15,8 @@ SLUG_RE = re.compile(r"^@?[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[a-z0-9]{6}$")
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# A block-scoped binding is stored as NAME__ID (the filesystem's NAME__ID.md).
+SCOPED_SUFFIX = re.compile(r".__\d+$")
 
 
 def _reject_unsafe(value: str, what: str) -> None:
@@ -33,6 +35,16 @@ def check_name(value: str, what: str = "name") -> str:
     _reject_unsafe(value, what)
     if not NAME_RE.fullmatch(value):
         raise InvalidNameError(f"{what} {value!r} may only use letters, digits, '_' and '-'")
+    return value
+
+
+def check_new_binding_name(value: str, what: str = "name") -> str:
+    """A name a binding is written under: also never of the NAME__ID shape block-scoped
+    bindings are stored under, which would make it the same file as another binding."""
+    check_name(value, what)
+    if SCOPED_SUFFIX.search(value):
+        raise InvalidNameError(f"{what} {value!r} ends in '__' and digits, the way block-scoped "
+                               "bindings are stored (NAME__ID): it could be two bindings")
     return value
 
 

@@ -21,7 +21,7 @@ ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
 }
 FRAME_FIELDS: dict[str, tuple[type, ...]] = {
     "execution_id": (int,), "block": (str,), "depth": (int,), "parent": _OPT_INT,
-    "args": (dict,), "status": (str,),
+    "args": (dict,), "status": (str,), "key": _OPT_STR,
 }
 GRANT_FIELDS: dict[str, tuple[type, ...]] = {
     "hash": (str,), "name": (str,), "execution_id": _OPT_INT, "kind": (str,),

@@ -46,7 +46,14 @@ from openprose.state.models import (
     Usage,
     final_result,
 )
-from openprose.state.names import check_name, check_run_id, check_slug, contained_path, new_run_id
+from openprose.state.names import (
+    check_name,
+    check_new_binding_name,
+    check_run_id,
+    check_slug,
+    contained_path,
+    new_run_id,
+)
 from openprose.state.render import render_state
 
 DEFAULT_MAX_DEPTH = 100
@@ -70,9 +77,10 @@ def _new_token(kind: str) -> str:
     return f"{kind}_{secrets.token_urlsafe(24)}"
 
 
-def _check_ref(ref: BindingRef, what: str = "name") -> None:
-    """A binding's name and execution id both become part of its path or key."""
-    check_name(ref.name, what)
+def _check_ref(ref: BindingRef, what: str = "name", *, new: bool = False) -> None:
+    """A binding's name and execution id both become part of its path or key (``new``: a
+    name about to be written, held to the stricter rule of names bindings get)."""
+    (check_new_binding_name if new else check_name)(ref.name, what)
     eid = ref.execution_id
     if eid is not None and (type(eid) is not int or eid < 0):
         raise InvalidNameError(f"execution id {eid!r} of '{ref.name}' is not an integer >= 0")
@@ -232,6 +240,7 @@ class Run:
         self._lock = threading.Lock()
         self._journal: dict[tuple[str, str], JournalEntry] = {}
         self._frames: dict[int, Frame] = {}
+        self._frame_keys: dict[str, int] = {}  # call key -> execution id of an earlier drive
         self._live: dict[BindingRef, str] = {}
         self._index: dict[BindingRef, str] = {}
         self._next_eid = 1
@@ -248,6 +257,8 @@ class Run:
         for frame in self.backend.list_frames(self.id):
             self._frames[frame.execution_id] = frame
             self._next_eid = max(self._next_eid, frame.execution_id + 1)
+            if frame.key is not None:
+                self._frame_keys[frame.key] = frame.execution_id
         for binding in self.backend.list_bindings(self.id):
             self._index[binding.ref] = binding.kind
             if binding.name.startswith(ANON_PREFIX) and binding.name[5:].isdigit():
@@ -292,7 +303,11 @@ class Run:
 
     # ------------------------------------------------------------------ frames
     def push_frame(self, block: str, args: dict[str, str] | None = None,
-                   parent: int | None = None, max_depth: int = DEFAULT_MAX_DEPTH) -> Frame:
+                   parent: int | None = None, max_depth: int = DEFAULT_MAX_DEPTH,
+                   key: str | None = None) -> Frame:
+        """Enter a block call. ``key`` names the call's place in the run: a call an earlier
+        drive of the run entered at the same place (same block, same parent) is entered
+        again under its execution id, where its bindings are."""
         check_name(block, "block name")
         with self._lock:
             depth = 1
@@ -302,8 +317,12 @@ class Run:
                 depth = self._frames[parent].depth + 1
             if depth > max_depth:
                 raise RecursionLimitExceeded(block, max_depth)
-            frame = Frame(self._next_eid, block, depth, parent, dict(args or {}))
-            self._next_eid += 1
+            earlier = self._frames.get(self._frame_keys.pop(key, -1)) if key else None
+            if earlier is not None and (earlier.block, earlier.parent) == (block, parent):
+                frame = replace(earlier, status="executing", args=dict(args or {}))
+            else:
+                frame = Frame(self._next_eid, block, depth, parent, dict(args or {}), key=key)
+                self._next_eid += 1
             self._frames[frame.execution_id] = frame
         self.backend.put_frame(self.id, frame)
         return frame
@@ -377,7 +396,7 @@ class Run:
     def write_binding(self, ref: BindingRef, value: str, kind: str, source: str, *,
                       durable: bool = False) -> Binding:
         """The VM writes a value that no session produces (inputs, literals, copies)."""
-        _check_ref(ref)
+        _check_ref(ref, new=True)
         if ref in self._live:
             raise CapabilityError("a session's binding is written by that session",
                                   f"binding '{ref.name}' belongs to a session in flight")
@@ -423,7 +442,7 @@ class Run:
     def _new_grant(self, ref: BindingRef, kind: str, source: str,
                    context: tuple[BindingRef, ...], agent: AgentRef | None
                    ) -> tuple[str, dict[str, Any]]:
-        _check_ref(ref)
+        _check_ref(ref, new=True)
         for item in context:
             _check_ref(item, "context name")
         if agent is not None:
@@ -638,6 +657,12 @@ class Run:
     def finish(self, status: str, error: str | None = None) -> None:
         if status not in ("completed", "failed", "interrupted"):
             raise ValueError(f"unknown run status {status!r}")
+        if status == "completed":  # calls an earlier drive left and this one never entered
+            with self._lock:
+                left = [f for f in self._frames.values() if f.status == "executing"]
+            for frame in left:
+                self._frames[frame.execution_id] = replace(frame, status="cancelled")
+                self.backend.put_frame(self.id, self._frames[frame.execution_id])
         self.backend.update_run(self.id, status=status, error=error)
 
     def record_import(self, record: ImportRecord) -> None:

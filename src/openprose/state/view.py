@@ -141,7 +141,7 @@ class RunView:
                        for a, where in self.agents],
             "call_stack": [{"execution_id": f.execution_id, "block": f.block,
                             "depth": f.depth, "status": f.status}
-                           for f in self.frames if f.status != "completed"],
+                           for f in self.frames if f.status == "executing"],
         }
 
 

@@ -102,10 +102,14 @@ def tables(p: str, serial: str, json_type: str, now: str) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS {p}frames (
             run_id TEXT NOT NULL, execution_id INTEGER NOT NULL, block TEXT NOT NULL,
             depth INTEGER NOT NULL, parent INTEGER, status TEXT NOT NULL, args TEXT,
-            PRIMARY KEY (run_id, execution_id))""",
+            call_key TEXT, PRIMARY KEY (run_id, execution_id))""",
         f"""CREATE TABLE IF NOT EXISTS {p}capabilities (
             hash TEXT PRIMARY KEY, run_id TEXT NOT NULL, body TEXT NOT NULL)""",
     ]
+
+
+# Columns added since the first release: databases made before get them when opened.
+ADDED_COLUMNS = (("frames", "call_key", "TEXT"),)
 
 
 class SqlBackend(Backend):
@@ -324,18 +328,19 @@ class SqlBackend(Backend):
     def put_frame(self, run_id: str, frame: Frame) -> None:
         self.write(run_id,
                    "INSERT INTO {p}frames (run_id, execution_id, block, depth, parent, status,"
-                   " args) VALUES (?,?,?,?,?,?,?) ON CONFLICT (run_id, execution_id) DO UPDATE"
-                   " SET status = excluded.status",
+                   " args, call_key) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (run_id,"
+                   " execution_id) DO UPDATE SET status = excluded.status",
                    (run_id, frame.execution_id, frame.block, frame.depth, frame.parent,
-                    frame.status, json.dumps(frame.args)), durable=False)
+                    frame.status, json.dumps(frame.args), frame.key), durable=False)
 
     def list_frames(self, run_id: str) -> list[Frame]:
-        rows = self.fetch(run_id, "SELECT execution_id, block, depth, parent, status, args"
-                          " FROM {p}frames WHERE run_id = ?", (run_id,))
+        rows = self.fetch(run_id, "SELECT execution_id, block, depth, parent, status, args,"
+                          " call_key FROM {p}frames WHERE run_id = ?", (run_id,))
         where = self.table_location(run_id, "frames")
         return [frame_from_data({"execution_id": r[0], "block": r[1], "depth": r[2],
                                  "parent": r[3], "status": r[4],
-                                 "args": parse_json(r[5] or "{}", where, "frame args")},
+                                 "args": parse_json(r[5] or "{}", where, "frame args"),
+                                 "key": r[6]},
                                 f"{where}, execution_id={r[0]}") for r in rows]
 
     UPSERT_CAPABILITY = ("INSERT INTO {p}capabilities (hash, run_id, body) VALUES (?,?,?)"
@@ -490,6 +495,11 @@ def _prepare(conn: sqlite3.Connection) -> None:
     for ddl in tables("", "INTEGER PRIMARY KEY AUTOINCREMENT", "TEXT",
                       "strftime('%Y-%m-%dT%H:%M:%SZ','now')"):
         conn.execute(ddl)
+    for table, column, kind in ADDED_COLUMNS:
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            with contextlib.suppress(sqlite3.OperationalError):  # another process raced us
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 class SqliteBackend(SqlBackend):
@@ -694,6 +704,9 @@ class PostgresBackend(SqlBackend):
                               "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"):
                 conn.execute(ddl)
             conn.execute(self.q(DRIVER_TABLE))
+            for table, column, kind in ADDED_COLUMNS:
+                conn.execute(f"ALTER TABLE {self.prefix}{table} ADD COLUMN IF NOT EXISTS "
+                             f"{column} {kind}")
         self._psycopg = psycopg
         self._url = url
 
