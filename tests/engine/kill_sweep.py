@@ -1,0 +1,349 @@
+"""The kill/resume sweep: real `prose` processes SIGKILLed at random moments and resumed until
+they finish, each compared with an uninterrupted run of the same program on the same backend.
+
+A trial is one program run to its end through any number of kills. It matches when its
+status, error, outputs and named bindings equal the uninterrupted run's (bindings of branches
+a ``first``/``any`` join may drop need only agree where both runs have them). The scripted
+provider's call log shows a session re-run: one that starts again after its result was
+committed. Used by tests/engine/test_kill_sweep.py (a few kills) and bench/faults.py (the
+long sweep over the corpus).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from openprose.language import compile_or_raise
+from openprose.language import nodes as n
+from openprose.state import open_store
+
+CLI = [sys.executable, "-c", "from openprose.cli import main; main()"]
+CORPUS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus").resolve()
+
+# Corpus programs: every session answers the same, every `if` takes its else at first and
+# every `until` loop runs once (as in tests/engine/test_corpus.py), each call takes a while.
+CORPUS_SCRIPT = {"default_output": "yes\n- first finding\n- second finding", "latency": 0.02,
+                 "conditions": [{"match": ".", "verdicts": [False, True]}]}
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    source: str
+    script: dict
+    file: Path | None = None  # a corpus program runs from its own file (imports beside it)
+    inputs: dict[str, str] = field(default_factory=dict)
+
+
+OWN = {
+    "reassignment": ('let x = "init"\nx = session "Fast step"\nlet y = session "Middle {x}"\n'
+                     '  context: x\nlet z = "start"\nz = session "Again"\n  context: y\n'
+                     'let w = session "Last"\n  context: z\noutput o = w\n'),
+    "first": ('parallel ("first"):\n  a = session "Quick"\n  b = session "Sluggish"\n'
+              'output o = session "Report"\n  context: { a, b }\n'),
+    "any": ('parallel ("any", count: 2):\n  a = session "Quick A"\n  b = session "Quick B"\n'
+            '  c = session "Sluggish C"\noutput o = session "Choose"\n  context: { a, b, c }\n'),
+    "fail-fast": ('let r = "none"\ntry:\n  parallel:\n    a = session "Steady"\n'
+                  '    b = session "Breaks"\n    c = session "Sluggish"\ncatch as err:\n'
+                  '  r = session "Recover"\n    context: err\noutput o = r\n'),
+    "recursion": ('block descend(n):\n  let step = session "Level {n}"\n  if n > 0:\n'
+                  '    let below = do descend(n - 1)\n    step = session "Combine {n}"\n'
+                  '      context: below\n  output step\nlet top = do descend(3)\n'
+                  'output o = top\n'),
+}
+OWN_SCRIPT = {
+    "latency": 0.03,
+    "sessions": [
+        {"match": "Quick", "output": "quick", "latency": 0.01},
+        {"match": "Sluggish", "output": "sluggish", "latency": 0.25},
+        {"match": "Breaks", "fail": 99, "error": "boom", "latency": 0.1},
+        {"match": "(Level|Combine) (\\d+)", "output": "\\1-\\2"},
+        {"match": "^([A-Za-z ]+)(.*)", "output": "\\1 done (\\2)"},
+    ],
+}
+
+
+def own_programs() -> list[Program]:
+    return [Program(name, source, OWN_SCRIPT) for name, source in OWN.items()]
+
+
+COMBINED = """\
+let x = "init"
+x = session "Fast step"
+parallel ("first"):
+  a = session "Quick"
+  b = session "Sluggish"
+parallel ("any", count: 2):
+  c = session "Quick C"
+  d = session "Quick D"
+  e = session "Sluggish E"
+let r = "none"
+try:
+  parallel:
+    f = session "Steady"
+    g = session "Breaks"
+    h = session "Sluggish H"
+catch as err:
+  r = session "Recover"
+    context: err
+block descend(n):
+  let step = session "Level {n}"
+  if n > 0:
+    let below = do descend(n - 1)
+    step = session "Combine {n}"
+      context: below
+  output step
+let top = do descend(2)
+x = session "Again"
+  context: { x, a, b, c, d, e, r, top }
+output o = x
+"""
+
+
+def combined_program() -> Program:
+    """Reassignment, first/any/fail-fast joins and recursion in one run (the suite's sweep)."""
+    return Program("combined", COMBINED, OWN_SCRIPT)
+
+
+def corpus_programs() -> list[Program]:
+    files = sorted(CORPUS.glob("*.prose")) + sorted(CORPUS.glob("roadmap/*.prose"))
+    found = []
+    for path in files:
+        program = compile_or_raise(path.read_text(encoding="utf-8"), str(path))
+        inputs = {decl.name: f"sample {decl.name}" for decl in program.inputs}
+        found.append(Program(path.stem, path.read_text(encoding="utf-8"), CORPUS_SCRIPT,
+                             path, inputs))
+    return found
+
+
+@dataclass
+class Result:
+    status: str
+    error: str | None
+    outputs: dict
+    bindings: dict[tuple[str, int | None], str]
+    reran: int
+    seconds: float
+    kills: int = 0
+
+
+@dataclass
+class Tally:
+    trials: int = 0
+    kills: int = 0
+    mismatches: int = 0
+    reran: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, other: Tally) -> None:
+        self.trials += other.trials
+        self.kills += other.kills
+        self.mismatches += other.mismatches
+        self.reran += other.reran
+        self.notes += other.notes
+
+
+class Project:
+    """One directory holding a program, its script and the `.prose/` state of its runs."""
+
+    def __init__(self, root: Path, program: Program, backend: str) -> None:
+        self.root, self.program, self.backend = root, program, backend
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "s.json").write_text(json.dumps({**program.script, "call_log": "calls.jsonl"}))
+        if program.file is None:
+            (root / "p.prose").write_text(program.source)
+        self.hops = 0
+
+    @property
+    def file(self) -> str:
+        return str(self.program.file) if self.program.file else "p.prose"
+
+    def start(self, run_id: str | None) -> subprocess.Popen[str]:
+        if run_id is None:
+            args = ["run", self.file, *(f"--input={k}={v}"
+                                        for k, v in self.program.inputs.items())]
+        else:
+            args = ["resume", run_id]
+        args += ["--state", self.backend, "--provider", "scripted", "--script", "s.json",
+                 "--json"]
+        self.hops += 1
+        with open(self.root / f"err{self.hops}.txt", "w") as err:
+            return subprocess.Popen([*CLI, *args], cwd=self.root, stdout=subprocess.PIPE,
+                                    stderr=err, text=True, env=_env())
+
+    def wait_started(self, proc: subprocess.Popen[str]) -> None:
+        """Until this process has opened its run (or ended)."""
+        err = self.root / f"err{self.hops}.txt"
+        while proc.poll() is None and " started" not in err.read_text():
+            time.sleep(0.005)
+
+    def run_id(self) -> str | None:
+        for hop in range(1, self.hops + 1):
+            for line in (self.root / f"err{hop}.txt").read_text().splitlines():
+                if line.startswith("run ") and line.endswith(" started"):
+                    return line.split()[1]
+        return None
+
+    def result(self, proc: subprocess.Popen[str], seconds: float, kills: int) -> Result:
+        out, _ = proc.communicate(timeout=300)
+        try:
+            data = json.loads(out)
+        except ValueError:  # refused, or a traceback: what it said is the result
+            said = (self.root / f"err{self.hops}.txt").read_text().strip().splitlines()
+            return Result(f"exit {proc.returncode}", said[-1] if said else "", {}, {},
+                          reran(self.root / "calls.jsonl"), seconds, kills)
+        return Result(data["status"], data["error"], data["outputs"],
+                      self.bindings(data["run_id"]), reran(self.root / "calls.jsonl"), seconds,
+                      kills)
+
+    def bindings(self, run_id: str) -> dict[tuple[str, int | None], str]:
+        with open_store(self.root, self.backend, postgres_url=PG_URL, schema=PG_SCHEMA) as store:
+            run = store.open_run(run_id)
+            return {(b.name, b.execution_id): b.value for b in run.bindings()
+                    if not b.name.startswith("anon_")}
+
+
+PG_URL = os.environ.get("OPENPROSE_POSTGRES_URL") or os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
+PG_SCHEMA = f"sweep_{uuid.uuid4().hex[:10]}"  # a throwaway schema, dropped by sweep()
+
+
+def _env() -> dict[str, str]:
+    extra = {"OPENPROSE_POSTGRES_URL": PG_URL, "OPENPROSE_POSTGRES_SCHEMA": PG_SCHEMA}
+    return {**os.environ, **(extra if PG_URL else {})}
+
+
+def _drop_schema() -> None:
+    import psycopg
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{PG_SCHEMA}" CASCADE')
+
+
+def reran(log: Path) -> int:
+    """Sessions started again after their result was committed."""
+    committed: set[str] = set()
+    again = 0
+    if not log.exists():
+        return 0
+    for line in log.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:  # a line the kill cut short
+            continue
+        if entry["kind"] != "session":
+            continue
+        if entry["phase"] == "committed":
+            committed.add(entry["key"])
+        elif entry["phase"] == "start" and entry["key"] in committed:
+            again += 1
+    return again
+
+
+def reference(root: Path, program: Program, backend: str) -> Result:
+    """The uninterrupted run; its ``seconds`` count from the moment the run was opened."""
+    project = Project(root, program, backend)
+    proc = project.start(None)
+    project.wait_started(proc)
+    began = time.monotonic()
+    proc.wait(timeout=300)
+    return project.result(proc, time.monotonic() - began, 0)
+
+
+def trial(root: Path, program: Program, backend: str, rng: random.Random, span: float,
+          max_kills: int) -> Result:
+    """Run ``program`` to its end, SIGKILLing it up to ``max_kills`` times at moments drawn
+    from the first ``span`` seconds after each process opened the run, resuming after each
+    kill."""
+    project = Project(root, program, backend)
+    began = time.monotonic()
+    kills = 0
+    proc = project.start(None)
+    while kills < max_kills:
+        project.wait_started(proc)
+        deadline = time.monotonic() + rng.uniform(0.0, span)
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.005)
+        if proc.poll() is not None:
+            break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        proc = project.start(project.run_id())
+    proc.wait(timeout=300)
+    return project.result(proc, time.monotonic() - began, kills)
+
+
+def join_branch_names(program: Program) -> set[str]:
+    """Names bound by branches of ``first``/``any`` joins: a run may have dropped them."""
+    tree = compile_or_raise(program.source, str(program.file or "p.prose"))
+    names = set()
+    for node in n.walk(tree):
+        if isinstance(node, n.Parallel) and node.join in ("first", "any"):
+            names |= {b.name for b in node.branches if b.name}
+    return names
+
+
+def differences(expected: Result, got: Result, optional: set[str]) -> list[str]:
+    found = []
+    for what in ("status", "error", "outputs"):
+        if getattr(expected, what) != getattr(got, what):
+            found.append(f"{what}: {getattr(got, what)!r} != {getattr(expected, what)!r}")
+    for ref, value in expected.bindings.items():
+        if ref not in got.bindings:
+            if ref[0] not in optional:
+                found.append(f"binding {ref} missing")
+        elif got.bindings[ref] != value:
+            found.append(f"binding {ref}: {got.bindings[ref]!r} != {value!r}")
+    for ref in got.bindings.keys() - expected.bindings.keys():
+        if ref[0] not in optional:
+            found.append(f"binding {ref} extra")
+    return found
+
+
+def sweep(programs: list[Program], backends: list[str], trials: int, workdir: Path, *,
+          seed: str = "sweep", max_kills: int = 3,
+          report: Callable[[str, str, Tally], None] | None = None) -> Tally:
+    """Each program on each backend: one uninterrupted run, then ``trials`` killed ones."""
+    try:
+        return _sweep(programs, backends, trials, workdir, seed, max_kills, report)
+    finally:
+        if "postgres" in backends and PG_URL:
+            _drop_schema()
+
+
+def _sweep(programs: list[Program], backends: list[str], trials: int, workdir: Path,
+           seed: str, max_kills: int, report: Callable[[str, str, Tally], None] | None
+           ) -> Tally:
+    total = Tally()
+    for backend in backends:
+        for program in programs:
+            rng = random.Random(f"{seed}-{backend}-{program.name}")
+            tally = Tally()
+            base = workdir / backend / program.name
+            expected = reference(base / "reference", program, backend)
+            optional = join_branch_names(program)
+            for number in range(trials):
+                got = trial(base / f"trial{number}", program, backend, rng,
+                            expected.seconds * 1.1, max_kills)
+                tally.trials += 1
+                tally.kills += got.kills
+                tally.reran += got.reran
+                wrong = differences(expected, got, optional)
+                if wrong:
+                    tally.mismatches += 1
+                    tally.notes.append(f"{backend} {program.name} trial {number} "
+                                       f"({got.kills} kills): " + "; ".join(wrong))
+            if report is not None:
+                report(backend, program.name, tally)
+            total.add(tally)
+    return total

@@ -1,0 +1,25 @@
+"""A short kill/resume sweep in the suite (bench/faults.py runs the long one): one program with
+reassignment, first/any/fail-fast joins and recursion, SIGKILLed at random moments and
+resumed on every backend, ends exactly as an uninterrupted run and never re-runs a finished
+session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from tests.engine import kill_sweep
+
+PG_URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
+BACKENDS = ["filesystem", "sqlite", pytest.param(
+    "postgres", marks=[pytest.mark.postgres, pytest.mark.skipif(
+        not PG_URL, reason="needs OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_killed_and_resumed_runs_end_as_uninterrupted_ones(tmp_path, backend):
+    tally = kill_sweep.sweep([kill_sweep.combined_program()], [backend], trials=1,
+                             workdir=tmp_path, max_kills=4)
+    assert tally.kills >= 2
+    assert tally.notes == [] and tally.mismatches == 0
+    assert tally.reran == 0
