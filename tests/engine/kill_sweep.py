@@ -178,8 +178,10 @@ class Project:
                  "--json"]
         self.hops += 1
         with open(self.root / f"err{self.hops}.txt", "w") as err:
+            # user-scope agent memory stays in this project's own home
             return subprocess.Popen([*CLI, *args], cwd=self.root, stdout=subprocess.PIPE,
-                                    stderr=err, text=True, env=_env())
+                                    stderr=err, text=True,
+                                    env={**_env(), "HOME": str(self.root / "home")})
 
     def wait_started(self, proc: subprocess.Popen[str]) -> None:
         """Until this process has opened its run (or ended)."""
