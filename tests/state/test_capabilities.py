@@ -230,3 +230,20 @@ def test_a_token_ended_by_the_vm_is_dead_in_every_other_store_too(stores, progra
     refused(DIES_WITH_SESSION, lambda: handle.read_context("topic"))
     refused(DIES_WITH_SESSION, lambda: session_store.session(grant.token))
     assert run.read_binding(BindingRef("research")).value == "final"
+
+
+def test_a_result_arriving_after_its_step_was_cancelled_is_not_recorded(store, program):
+    run = store.create_run(program)
+    grant = run.grant_session(BindingRef("a"), "let", "a = session")
+    run.record_result("0|0", status="cancelled")  # the join moved on
+    with pytest.raises(CapabilityError, match="cancelled before its result arrived"):
+        run.complete_session(grant.token, "0|0", value="late")
+    assert run.journal("0|0").status == "cancelled"
+    with pytest.raises(NotFoundError):
+        run.read_binding(BindingRef("a"))
+    with pytest.raises(CapabilityError):  # its token ended with it
+        run.store.session(grant.token).write_output("late")
+    again = run.grant_session(BindingRef("a"), "let", "a = session")  # started again: counts
+    run.record_intent("0|0", "h")
+    run.complete_session(again.token, "0|0", value="fresh")
+    assert run.read_binding(BindingRef("a")).value == "fresh"

@@ -241,6 +241,7 @@ class Run:
         self._journal: dict[tuple[str, str], JournalEntry] = {}
         self._frames: dict[int, Frame] = {}
         self._frame_keys: dict[str, int] = {}  # call key -> execution id of an earlier drive
+        self._cancelled: set[str] = set()  # steps cancelled in this drive, not started since
         self._live: dict[BindingRef, str] = {}
         self._index: dict[BindingRef, str] = {}
         self._next_eid = 1
@@ -436,6 +437,7 @@ class Run:
             raise
         for entry in intents:
             self._remember(entry)
+            self._cancelled.discard(entry.key)
         return [item if isinstance(item, StateError) else self._session_grant(*item[1:])
                 for item in prepared]
 
@@ -554,6 +556,10 @@ class Run:
         if handle.run.id != self.id:
             raise CapabilityError("a token dies when its session completes",
                                   "no such session in this run")
+        if done.key in self._cancelled:  # nothing arriving after a cancellation changes it
+            self.end_session(done.token)
+            raise CapabilityError("a cancelled session's result is not recorded",
+                                  f"step {done.key} was cancelled before its result arrived")
         ref = handle.binding
         value = done.value
         if value is None:
@@ -574,6 +580,7 @@ class Run:
                              meta={**(meta or {}), "at": _stamp()})
         self.backend.append_journal(self.id, entry, durable=False)
         self._remember(entry)
+        self._cancelled.discard(key)
 
     def record_result(self, key: str, *, input_hash: str = "", binding: BindingRef | None = None,
                       value: Any = None, usage: Usage | None = None, status: str = "completed",
@@ -584,6 +591,8 @@ class Run:
                              usage or Usage(), {**(meta or {}), "at": _stamp()})
         self.backend.append_journal(self.id, entry, durable=status != "cancelled")
         self._remember(entry)
+        if status == "cancelled":
+            self._cancelled.add(key)
 
     def journal(self, key: str) -> JournalEntry | None:
         return self._journal.get(("step", key))
