@@ -6,10 +6,10 @@ they finish, compared with an uninterrupted run.
 
 Programs: every corpus program (../shared/corpus, roadmap included; skipped when absent) and
 five of our own (reassignment, parallel "first", "any" with count, fail-fast inside a try,
-recursion). Per program and backend: one uninterrupted run, then the trials, each killed up to
---max-kills times at a moment drawn uniformly from the reference run's duration after the
-process opened its run (so a kill may also land after it ended: no kill then), resumed
-after each kill. Prints per backend and in total: trials, kills, mismatches (status, error,
+recursion), each on every backend in turn. Per program and backend: one uninterrupted run,
+then the trials, each killed up to --max-kills times at a moment drawn uniformly from the
+reference run's duration after the process opened its run (so a kill may also land after it
+ended: no kill then), resumed after each kill. Prints per backend and in total: trials, kills, mismatches (status, error,
 outputs or named bindings differ from the uninterrupted run's), and sessions re-run (started
 again after their result was committed; must be 0). PostgreSQL runs when
 OPENPROSE_POSTGRES_URL (or OPENPROSE_TEST_POSTGRES_URL) is set, in a throwaway schema.
@@ -52,20 +52,22 @@ def main() -> None:
         rerun = f"  RE-RUN {tally.reran}" if tally.reran else ""
         print(f"  {backend:<10} {program:<36} trials {tally.trials:>2}  kills "
               f"{tally.kills:>2}{flag}{rerun}", flush=True)
+        for note in tally.notes:
+            print(f"    {note}", flush=True)
 
+    per_backend = {backend: sweep.Tally() for backend in backends}
+    work_list = [(p, args.trials) for p in sweep.own_programs()] + \
+        [(p, args.corpus_trials) for p in corpus]
     with tempfile.TemporaryDirectory(prefix="prose-faults-") as work:
-        for backend in backends:
-            tally = sweep.sweep(sweep.own_programs(), [backend], args.trials,
-                                Path(work) / "own", seed=args.seed, max_kills=args.max_kills,
-                                report=report)
-            tally.add(sweep.sweep(corpus, [backend], args.corpus_trials,
-                                  Path(work) / "corpus", seed=args.seed,
-                                  max_kills=args.max_kills, report=report))
-            print(f"{backend}: trials {tally.trials}, kills {tally.kills}, mismatches "
-                  f"{tally.mismatches}, sessions re-run {tally.reran}", flush=True)
-            total.add(tally)
-    for note in total.notes:
-        print(f"mismatch: {note}")
+        for program, trials in work_list:  # every backend per program: a cut-short run
+            for backend in backends:       # still covers all of them
+                per_backend[backend].add(sweep.sweep(
+                    [program], [backend], trials, Path(work), seed=args.seed,
+                    max_kills=args.max_kills, report=report))
+    for backend, tally in per_backend.items():
+        print(f"{backend}: trials {tally.trials}, kills {tally.kills}, mismatches "
+              f"{tally.mismatches}, sessions re-run {tally.reran}")
+        total.add(tally)
     print(f"total: trials {total.trials}, kills {total.kills}, mismatches {total.mismatches}, "
           f"sessions re-run {total.reran} ({time.monotonic() - began:.0f} s)")
 
