@@ -230,3 +230,21 @@ def test_a_resumed_block_call_keeps_its_frame(tmp_path, backend):
         scoped = {b.name: b.execution_id for b in run.bindings() if b.execution_id}
     assert [(f.execution_id, f.status) for f in frames] == [(1, "completed")]
     assert scoped == {"topic": 1, "x": 1, "y": 1}
+
+
+LIB = 'input t: "a topic"\nlet x = "init"\nx = session "Slow step"\noutput o = x\n'
+CALLER = 'use "./lib.prose" as lib\nlet r = lib(t: "tides")\noutput o = r.o\n'
+
+
+@pytest.mark.parametrize("backend", ["filesystem", "sqlite"])
+def test_a_killed_drivers_session_in_an_imported_program_does_not_block_resume(tmp_path,
+                                                                               backend):
+    root = killing.project(tmp_path, CALLER, SLOW)
+    (root / "lib.prose").write_text(LIB)
+    (root / "q.yaml").write_text(QUICK)
+    run_id = killing.kill_during(root, backend, "1>lib.2")
+    proc = killing.start(root, killing.resume_args(run_id, backend, "q.yaml"),
+                         root / "err1.txt")
+    result = killing.finish(proc)
+    assert result["status"] == "completed", result["error"]
+    assert result["outputs"] == {"o": "slow result"}

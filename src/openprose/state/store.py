@@ -96,6 +96,7 @@ class StateStore:
         self._runs: dict[str, Run] = {}
         self._grants: dict[str, tuple[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
+        self.taken_over: set[str] = set()  # runs whose abandoned sessions this store ended
 
     @property
     def kind(self) -> str:
@@ -496,6 +497,7 @@ class Run:
         Call it when taking over a run, before anything else. Returns how many ended."""
         with self._lock:
             hashes = list(self._live.values())
+        self.store.taken_over.add(self.id)
         ended = []
         for token_hash in hashes:
             try:
@@ -694,13 +696,18 @@ class Run:
         child_id = f"{self.id}/imports/{handle.lstrip('@')}--{slug}"
         try:
             record = self.backend.load_run(child_id)
-            return Run(self.store, record, self.vm_token)
         except NotFoundError:
             pass
+        else:
+            child = Run(self.store, record, self.vm_token)
+            if child_id not in self.store.taken_over:  # first opened by this driver
+                child.end_abandoned_sessions()
+            return child
         now = _now()
         record = RunRecord(child_id, program_path, program_source, "running", now, now,
                            self.record.vm_token_hash)
         self.backend.create_run(record)
+        self.store.taken_over.add(child_id)
         return Run(self.store, record, self.vm_token)
 
 
