@@ -313,19 +313,20 @@ def differences(expected: Result, got: Result, optional: set[str]) -> list[str]:
 
 
 def sweep(programs: list[Program], backends: list[str], trials: int, workdir: Path, *,
-          seed: str = "sweep", max_kills: int = 3,
+          seed: str = "sweep", max_kills: int = 3, reach: float = 1.1,
           report: Callable[[str, str, Tally], None] | None = None) -> Tally:
-    """Each program on each backend: one uninterrupted run, then ``trials`` killed ones."""
+    """Each program on each backend: one uninterrupted run, then ``trials`` killed ones, each
+    kill at a moment drawn from the first ``reach`` × the uninterrupted run's duration."""
     try:
-        return _sweep(programs, backends, trials, workdir, seed, max_kills, report)
+        return _sweep(programs, backends, trials, workdir, seed, max_kills, reach, report)
     finally:
         if "postgres" in backends and PG_URL:
             _drop_schema()
 
 
 def _sweep(programs: list[Program], backends: list[str], trials: int, workdir: Path,
-           seed: str, max_kills: int, report: Callable[[str, str, Tally], None] | None
-           ) -> Tally:
+           seed: str, max_kills: int, reach: float,
+           report: Callable[[str, str, Tally], None] | None) -> Tally:
     total = Tally()
     for backend in backends:
         for program in programs:
@@ -336,7 +337,7 @@ def _sweep(programs: list[Program], backends: list[str], trials: int, workdir: P
             optional = join_branch_names(program)
             for number in range(trials):
                 got = trial(base / f"trial{number}", program, backend, rng,
-                            expected.seconds * 1.1, max_kills)
+                            expected.seconds * reach, max_kills)
                 tally.trials += 1
                 tally.kills += got.kills
                 tally.reran += got.reran

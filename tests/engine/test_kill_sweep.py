@@ -18,8 +18,9 @@ BACKENDS = ["filesystem", "sqlite", pytest.param(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_killed_and_resumed_runs_end_as_uninterrupted_ones(tmp_path, backend):
+    # kills within the first half of the run's time: the first lands before it ends
     tally = kill_sweep.sweep([kill_sweep.combined_program()], [backend], trials=1,
-                             workdir=tmp_path, max_kills=4)
-    assert tally.kills >= 2
+                             workdir=tmp_path, max_kills=3, reach=0.5)
+    assert tally.kills >= 1
     assert tally.notes == [] and tally.mismatches == 0
     assert tally.reran == 0
