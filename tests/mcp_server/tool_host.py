@@ -204,8 +204,14 @@ class ToolHost:
     def has_memory(self, agent: str, persist: str) -> bool:
         return agent in self.memories
 
+    def decision(self, key: str, branches: int) -> None:
+        return None
+
+    def record_decision(self, key: str, decision: Any) -> None:
+        return None
+
     def push_frame(self, block: str, args: dict[str, Any], parent: int | None,
-                   max_depth: int) -> int:
+                   max_depth: int, key: str) -> int:
         self.known.update(args)
         frame = self.bridge.call("push_frame", vm_token=self.vm, block=block,
                                  args={k: to_text(v) for k, v in args.items()}, parent=parent)
