@@ -20,6 +20,7 @@ COMMANDS = {
     "help": "openprose.cli.help_cmd:help_command",
     "update": "openprose.cli.update_cmd:update_command",
     "doctor": "openprose.cli.doctor_cmd:doctor_command",
+    "clean": "openprose.cli.clean_cmd:clean_command",
     "install-skill": "openprose.cli.install_skill_cmd:install_skill_command",
     "serve": "openprose.cli.serve_cmd:serve_command",
 }

@@ -44,7 +44,10 @@ def human_duration(seconds: float | None) -> str:
     if minutes < 60:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
 
 
 def run_rows(opened: list[Any]) -> list[dict[str, Any]]:

@@ -65,6 +65,13 @@ class Backend(ABC):
     @abstractmethod
     def run_location(self, run_id: str) -> str: ...
     @abstractmethod
+    def delete_run(self, run_id: str, *, keep_shared: bool = False) -> None:
+        """Remove a top-level run with its import runs and execution-scoped agents, so that
+        no listing shows any part of it afterwards. The run's directory may also hold a copy
+        of the run on another backend (``prose export`` keeps the id): then only this
+        backend's own files go, and ``keep_shared`` says such a copy exists elsewhere (in
+        PostgreSQL, which the directory cannot show)."""
+    @abstractmethod
     def list_children(self, run_id: str) -> list[str]:
         """Ids of the import runs directly under ``run_id``."""
     @abstractmethod

@@ -416,6 +416,61 @@ class FilesystemBackend(Backend):
         atomic_write(path, json.dumps(asdict(record), indent=2), durable=True)
         return record
 
+    def delete_run(self, run_id: str, *, keep_shared: bool = False) -> None:
+        directory = self.run_dir(run_id)
+        if not (directory / "run.json").is_file():
+            raise RunNotFound(f"no run {run_id} under {self.runs}")
+        self.forget(run_id)
+        if keep_shared or (directory / "state.db").exists():
+            # run.json first: the run leaves listings with that one unlink.
+            self.remove_parts(run_id, ["run.json", *LOGS, "imports.json", "state.md",
+                                       "bindings", "agents"])
+        else:
+            self.remove_run_dir(run_id)
+
+    def forget(self, run_id: str) -> None:
+        """Drop what this backend caches about a run that is being removed."""
+        def owned(key: str) -> bool:
+            return key == run_id or key.startswith(f"{run_id}/")
+
+        with self._lock:
+            for key in [k for k in self._logs if owned(k)]:
+                self._logs.pop(key).close()
+            for key in [k for k in self._binding_dirs if owned(k)]:
+                del self._binding_dirs[key]
+        with self._capability_lock:
+            for key in [k for k in self._capability_offsets if owned(k)]:
+                del self._capability_offsets[key]
+            for key in [k for k, (owner, _) in self._capabilities.items() if owned(owner)]:
+                del self._capabilities[key]
+
+    def remove_parts(self, run_id: str, names: list[str]) -> None:
+        """Remove these files or folders of a run's directory, in order."""
+        directory = self.run_dir(run_id)
+        if directory.is_symlink():
+            raise PathEscapeError(f"{directory} is a symbolic link; not removing it")
+        for name in names:
+            path = directory / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+
+    def remove_run_dir(self, run_id: str) -> None:
+        """Move the run's directory out of ``runs/`` in one rename (listings stop showing it
+        at once), then delete it. A delete cut short leaves only ``.prose/.trash/``, which
+        the next delete empties."""
+        directory = self.run_dir(run_id)
+        if directory.is_symlink():
+            raise PathEscapeError(f"{directory} is a symbolic link; not removing it")
+        trash = self.prose / ".trash"
+        trash.mkdir(exist_ok=True)
+        target = trash / f"{run_id}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(directory, target)
+        for leftover in trash.iterdir():
+            shutil.rmtree(leftover, ignore_errors=leftover != target)
+
     def list_children(self, run_id: str) -> list[str]:
         imports = self.run_dir(run_id) / "imports"
         if not imports.is_dir():

@@ -627,6 +627,23 @@ class SqliteBackend(SqlBackend):
         imports = self.files.run_dir(run_id) / "imports"
         return [f"{run_id}/imports/{p.parent.name}" for p in sorted(imports.glob("*/state.db"))]
 
+    def delete_run(self, run_id: str, *, keep_shared: bool = False) -> None:
+        directory = self.files.run_dir(run_id)
+        self.load_run(run_id)  # RunNotFound unless this backend holds it
+        with self._ready_lock:  # this process's connections to the run's databases
+            inside = [(p, c) for p, c in self._all if p.is_relative_to(directory)]
+            self._all = [(p, c) for p, c in self._all if not p.is_relative_to(directory)]
+            self._ready -= {p for p, _ in inside}
+            cache = self._local.__dict__.get("conns", {})
+            for path, conn in inside:
+                cache.pop(path, None)
+                conn.close()
+        self.files.forget(run_id)
+        if keep_shared or (directory / "run.json").exists():
+            self.files.remove_parts(run_id, ["state.db", "state.db-wal", "state.db-shm"])
+        else:
+            self.files.remove_run_dir(run_id)
+
     def find_capability(self, token_hash: str, run_id: str | None = None
                         ) -> tuple[str, dict[str, Any]] | None:
         if run_id is not None:
@@ -797,6 +814,21 @@ class PostgresBackend(SqlBackend):
         rows = self.fetch(None, "SELECT id FROM {p}run WHERE substr(id, 1, ?) = ?",
                           (len(prefix), prefix))
         return sorted(r[0] for r in rows if "/imports/" not in r[0][len(prefix):])
+
+    def delete_run(self, run_id: str, *, keep_shared: bool = False) -> None:
+        self.load_run(run_id)  # RunNotFound unless this backend holds it
+        nested = f"{run_id}/imports/%"
+        with self.tx(run_id, durable=True) as conn:
+            conn.execute(self.q("DELETE FROM {p}run WHERE id = ? OR id LIKE ?"),
+                         (run_id, nested))
+            for table in ("execution", "bindings", "agents", "agent_segments", "imports",
+                          "journal", "frames", "capabilities"):
+                conn.execute(self.q(f"DELETE FROM {{p}}{table} WHERE run_id = ? OR"
+                                    " run_id LIKE ?"), (run_id, nested))
+        directory = self.files.run_dir(run_id)
+        shared = any((directory / marker).exists() for marker in ("run.json", "state.db"))
+        if directory.is_dir() and not (keep_shared or shared):
+            self.files.remove_run_dir(run_id)
 
     def find_capability(self, token_hash: str, run_id: str | None = None
                         ) -> tuple[str, dict[str, Any]] | None:
