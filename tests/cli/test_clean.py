@@ -90,16 +90,33 @@ def test_clean_by_age_keep_and_status_never_touches_a_running_run(project: Proje
         assert not any((project.root / ".prose" / ".trash").iterdir())
 
 
-def test_the_state_api_refuses_to_delete_a_running_run(project: Project) -> None:
+def test_the_state_api_refuses_to_delete_a_running_or_driven_run(project: Project) -> None:
     from openprose.state import StateError, open_store
+    from openprose.state.driver import RunLocked
 
     with open_store(project.root, project.backend) as store:
         run = store.create_run(PROGRAM, "p.prose")
-        with pytest.raises(StateError, match="is running"):
+        with pytest.raises(StateError, match="marked running but no process drives it"):
             store.delete_run(run.id)
         run.finish("interrupted")
+        # a driver resuming it, say
+        with store.driver_lock(run.id), pytest.raises(RunLocked, match=f"pid {os.getpid()}"):
+            store.delete_run(run.id)
         store.delete_run(run.id)
         assert [info.id for info in store.list_runs()] == []
+
+
+def test_clean_skips_a_finished_run_whose_driver_is_alive(project: Project) -> None:
+    run_id = run_id_of(project.run(PROGRAM))
+    from openprose.state import open_store
+
+    with open_store(project.root, project.backend) as store, store.driver_lock(run_id):
+        held = clean(project, "--keep", "0")
+    assert held["exit"] == 1
+    assert f"could not remove {run_id}: run {run_id} is being driven by pid" in held["err"]
+    assert listed(project) == [run_id]
+    assert clean(project, "--keep", "0")["exit"] == 0
+    assert listed(project) == []
 
 
 def test_a_run_exported_to_another_backend_keeps_its_copy(tmp_path: Path) -> None:

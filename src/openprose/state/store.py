@@ -175,18 +175,21 @@ class StateStore:
 
     def delete_run(self, run_id: str, *, keep_shared: bool = False) -> None:
         """Remove a finished top-level run with everything it holds (bindings, journal,
-        import runs, its execution-scoped agents). A running run is refused: its driver
-        may be writing. ``keep_shared``: a copy of the run (same id) lives on another
-        backend, so files the copies share stay."""
+        import runs, its execution-scoped agents). Refused (:class:`StateError`) for a run
+        marked running and, with :class:`RunLocked`, for one whose driver lock is held; the
+        lock is held while the run is removed, so nobody starts driving it meanwhile.
+        ``keep_shared``: a copy of the run (same id) lives on another backend, so files the
+        copies share stay."""
         check_run_id(run_id)
         if "/imports/" in run_id:
             raise StateError(f"{run_id} is an import run: it goes with its parent run")
-        record = self.backend.load_run(run_id)
-        if record.status == "running":
-            raise StateError(f"run {run_id} is running; finish, interrupt or resume it "
-                             "before removing it")
-        self._runs.pop(run_id, None)
-        self.backend.delete_run(run_id, keep_shared=keep_shared)
+        with self.driver_lock(run_id):
+            if self.backend.load_run(run_id).status == "running":
+                raise StateError(f"run {run_id} is marked running but no process drives it "
+                                 "(its driver ended); prose resume it, or let it finish, "
+                                 "before removing it")
+            self._runs.pop(run_id, None)
+            self.backend.delete_run(run_id, keep_shared=keep_shared)
 
     def session(self, token: str) -> SessionHandle:
         """The handle for a session-capability token (raises if unknown or ended)."""

@@ -822,7 +822,7 @@ class PostgresBackend(SqlBackend):
             conn.execute(self.q("DELETE FROM {p}run WHERE id = ? OR id LIKE ?"),
                          (run_id, nested))
             for table in ("execution", "bindings", "agents", "agent_segments", "imports",
-                          "journal", "frames", "capabilities"):
+                          "journal", "frames", "capabilities", "driver"):
                 conn.execute(self.q(f"DELETE FROM {{p}}{table} WHERE run_id = ? OR"
                                     " run_id LIKE ?"), (run_id, nested))
         directory = self.files.run_dir(run_id)
