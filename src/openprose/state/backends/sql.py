@@ -33,6 +33,7 @@ from openprose.state.backends.filesystem import (
     damaged_record,
     read_exact,
 )
+from openprose.state.backends.sqlite_schema import ensure_schema
 from openprose.state.driver import DriverHolder, RunLocked
 from openprose.state.errors import (
     BackendUnavailable,
@@ -108,7 +109,8 @@ def tables(p: str, serial: str, json_type: str, now: str) -> list[str]:
     ]
 
 
-# Columns added since the first release: databases made before get them when opened.
+# Columns added since the first release: PostgreSQL databases made before get them when
+# opened (SQLite databases are migrated by sqlite_schema).
 ADDED_COLUMNS = (("frames", "call_key", "TEXT"),)
 
 
@@ -488,18 +490,16 @@ def sqlite_errors(path: Path) -> Iterator[None]:
 
 
 def _prepare(conn: sqlite3.Connection) -> None:
-    """A SQLite database's settings and tables (idempotent)."""
+    """A SQLite database's settings, and its tables created or migrated (idempotent)."""
     # Pages freed by rewrites (state_md) are returned to the file at close.
     conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     conn.execute("PRAGMA journal_mode = WAL")
-    for ddl in tables("", "INTEGER PRIMARY KEY AUTOINCREMENT", "TEXT",
-                      "strftime('%Y-%m-%dT%H:%M:%SZ','now')"):
-        conn.execute(ddl)
-    for table, column, kind in ADDED_COLUMNS:
-        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-        if column not in present:
-            with contextlib.suppress(sqlite3.OperationalError):  # another process raced us
-                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    ensure_schema(conn, sqlite_tables)
+
+
+def sqlite_tables() -> list[str]:
+    return tables("", "INTEGER PRIMARY KEY AUTOINCREMENT", "TEXT",
+                  "strftime('%Y-%m-%dT%H:%M:%SZ','now')")
 
 
 class SqliteBackend(SqlBackend):
