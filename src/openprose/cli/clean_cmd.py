@@ -19,6 +19,7 @@ from openprose.cli.common import (
     project_option,
     state_option,
     stores,
+    styled,
 )
 from openprose.cli.runs_cmd import human_duration, parse_time
 
@@ -148,7 +149,8 @@ def _report(removed: list[dict], running: list[dict], errors: list[dict], dry_ru
     out = console()
     verb = "would remove" if dry_run else "removed"
     for row in removed:
-        out.print(f"{verb} {row['run_id']}  {row['status']:<11} "
+        pad = " " * max(1, 12 - len(row["status"]))
+        out.print(f"{verb} [bold]{row['run_id']}[/]  {styled(row['status'])}{pad}"
                   f"{human_duration(_age(row, now)):>6} ago  {_human_size(row['bytes']):>8}  "
                   f"{row['backend']}")
     total = _human_size(sum(row["bytes"] for row in removed))
