@@ -88,6 +88,8 @@ def test_clean_by_age_keep_and_status_never_touches_a_running_run(project: Proje
         runs_dir = project.root / ".prose" / "runs"
         assert sorted(p.name for p in runs_dir.iterdir()) == sorted([recent, running])
         assert not any((project.root / ".prose" / ".trash").iterdir())
+        lock_files = {p.name for p in (project.root / ".prose" / "locks").glob("*.lock")}
+        assert not lock_files & {f"{old_ok}.lock", f"{old_failed}.lock"}
 
 
 def test_the_state_api_refuses_to_delete_a_running_or_driven_run(project: Project) -> None:

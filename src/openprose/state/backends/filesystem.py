@@ -458,8 +458,8 @@ class FilesystemBackend(Backend):
 
     def remove_run_dir(self, run_id: str) -> None:
         """Move the run's directory out of ``runs/`` in one rename (listings stop showing it
-        at once), then delete it. A delete cut short leaves only ``.prose/.trash/``, which
-        the next delete empties."""
+        at once), then delete it with its driver lock file. A delete cut short leaves only
+        ``.prose/.trash/``, which the next delete empties."""
         directory = self.run_dir(run_id)
         if directory.is_symlink():
             raise PathEscapeError(f"{directory} is a symbolic link; not removing it")
@@ -468,6 +468,8 @@ class FilesystemBackend(Backend):
         target = trash / f"{run_id}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
         with contextlib.suppress(FileNotFoundError):
             os.rename(directory, target)
+        # The driver lock's file goes too (its holder, the remover, keeps its descriptor).
+        (self.prose / LOCKS / f"{run_id}.lock").unlink(missing_ok=True)
         for leftover in trash.iterdir():
             shutil.rmtree(leftover, ignore_errors=leftover != target)
 
