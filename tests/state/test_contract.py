@@ -735,6 +735,7 @@ def test_a_sqlite_run_made_before_call_keys_opens_and_keys_its_calls(tmp_path, p
     db = tmp_path / ".prose" / "runs" / run.id / "state.db"
     with sqlite3.connect(db) as conn:  # the table as the first release made it
         conn.execute("ALTER TABLE frames DROP COLUMN call_key")
+        conn.execute("PRAGMA user_version = 0")  # which never stamped its schema
     with open_store(tmp_path, "sqlite", home=tmp_path / "home") as store:
         again = store.open_run(run.id)
         assert [f.block for f in again.frames()] == ["old"]
