@@ -69,6 +69,23 @@ def test_all_missing_inputs_are_named_at_once_and_no_run_is_left(project):
     assert _runs(project) == []
 
 
+def test_missing_inputs_with_json_print_a_json_result(project):
+    result = _run(project, "--json")
+    assert result.exit_code == 2
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    assert data["status"] == "missing_inputs" and data["run_id"] is None
+    assert data["missing_inputs"] == [{"name": "a", "description": "the first thing"},
+                                      {"name": "b", "description": "the second thing"}]
+    assert _runs(project) == []
+
+
+def test_a_refusal_with_json_prints_a_json_result(project):
+    result = _run(project, "--input", "a=A", "--input", "b=B", "--input", "zz=1", "--json")
+    assert result.exit_code == 2
+    data = json.loads(result.stdout)
+    assert data["status"] == "refused" and "zz" in data["error"] and data["run_id"] is None
+
+
 def test_execute_refuses_missing_inputs_before_a_run_exists(project):
     source = PROGRAM
     job = runner.Job(source=source, file="p.prose", program=compile_or_raise(source, "p.prose"),

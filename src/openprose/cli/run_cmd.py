@@ -48,8 +48,13 @@ def _read_input_file(name: str, path: str, command: str) -> str:
         _refuse(command, f"--input {name}: {path} is not UTF-8 text (byte {err.start})")
 
 
-def _refuse(command: str, message: str) -> NoReturn:
-    """One line naming the problem and where; exit 2."""
+def _refuse(command: str, message: str, status: str = "refused", **details: Any) -> NoReturn:
+    """One line naming the problem and where; exit 2. Under ``--json`` stdout gets a JSON
+    result as well (no run id: nothing was run)."""
+    context = click.get_current_context(silent=True)
+    if context is not None and context.params.get("as_json"):
+        click.echo(json.dumps({"run_id": None, "status": status, "error": message, **details},
+                              ensure_ascii=False))
     click.echo(f"prose {command}: {message}", err=True)
     sys.exit(2)
 
@@ -382,7 +387,9 @@ def _execute(job: Any, provider: Any, as_json: bool, project: str) -> None:
             interrupted()
             sys.exit(130)
         except MissingInput as err:
-            _refuse("run", str(err))
+            _refuse("run", str(err), "missing_inputs",
+                    missing_inputs=[{"name": name, "description": text}
+                                    for name, text in err.missing])
         except StateError as err:
             _refuse("run" if job.run_id is None else "resume", str(err))
     if as_json:
