@@ -97,8 +97,8 @@ output all = session "join"
 def test_parallel_branches_keep_their_own_results_when_order_changes(tmp_path, backend):
     # First attempt: C finishes first, B second, A fails last.
     script1 = {"sessions": [
-        {"match": "branch A", "fail": 9, "latency": 0.06},
-        {"match": "branch B", "output": "result B", "latency": 0.03},
+        {"match": "branch A", "fail": 9, "latency": 1.0},  # well after B and C
+        {"match": "branch B", "output": "result B", "latency": 0.05},
         {"match": "branch C", "output": "result C", "latency": 0.0},
         {"match": "join", "output": "joined"}]}
     first, _ = _start(tmp_path, PARALLEL, script1, backend)
