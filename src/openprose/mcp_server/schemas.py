@@ -1,13 +1,21 @@
 """Compact tool schemas: ``tools/list`` is read into every host's context, so the JSON
 schemas pydantic generates lose what carries no meaning for a host (titles repeating the
-field names, null defaults of optional fields) and spell optional fields as one type list
-instead of an ``anyOf`` with null; descriptions lose their docstring indentation."""
+field names, null and empty-string defaults of optional fields) and spell optional fields as
+one type list instead of an ``anyOf`` with null; descriptions lose their docstring
+indentation. Output schemas only declare that a tool answers with a JSON object."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+
+# Every tool's output schema as listed: its result is a JSON object. The result models
+# (``results``) shape and validate each result in the server, and a host reads the fields from
+# the structured content: hosts give their model a tool's name, description and input schema,
+# never its output schema, while each field listed there would cost every host's
+# ``tools/list`` about 20 bytes.
+OBJECT_RESULT: dict[str, Any] = {"type": "object"}
 
 
 def compact(schema: Any) -> Any:
@@ -19,7 +27,7 @@ def compact(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     schema.pop("title", None)
-    if "default" in schema and schema["default"] is None:
+    if "default" in schema and schema["default"] in (None, ""):
         del schema["default"]
     options = schema.get("anyOf")
     if isinstance(options, list) and {"type": "null"} in options and len(options) == 2:
@@ -44,7 +52,7 @@ def compact_tools(mcp: MCPServer) -> None:
         tool.description = " ".join((tool.description or "").split())
         compact(optional_without_null(tool.parameters))
         if tool.output_schema is not None:
-            outline(drop_required(compact(inline_defs(tool.output_schema))))
+            tool.output_schema = dict(OBJECT_RESULT)
 
 
 def optional_without_null(schema: dict[str, Any]) -> dict[str, Any]:
@@ -61,67 +69,4 @@ def optional_without_null(schema: dict[str, Any]) -> dict[str, Any]:
             field.update(others[0])
         else:
             field["anyOf"] = others
-    return schema
-
-
-def outline(schema: dict[str, Any]) -> dict[str, Any]:
-    """The output schema reduced to its top-level fields and their JSON types (in place):
-    the items of a result's lists and the fields of its nested objects are read from the
-    content, not the listing every host keeps in context. The content still validates."""
-    schema.pop("description", None)
-    for name, field in schema.get("properties", {}).items():
-        types = json_types(field)
-        schema["properties"][name] = {"type": types[0] if len(types) == 1 else types} \
-            if types else {}
-    return schema
-
-
-def json_types(field: dict[str, Any]) -> list[str]:
-    """The JSON types a field's schema admits, [] when any value is (``Any``)."""
-    if "anyOf" in field:
-        options = [json_types(option) for option in field["anyOf"]]
-        if not all(options):
-            return []
-        return list(dict.fromkeys(t for option in options for t in option))
-    kind = field.get("type", "object" if "properties" in field else None)
-    if kind is None:
-        return []
-    return [kind] if isinstance(kind, str) else list(kind)
-
-
-def inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
-    """Each ``$ref`` replaced by the definition it names (results do not nest recursively),
-    in place; nested objects drop the ``type`` their ``properties`` already imply."""
-    defs = schema.pop("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref", "")
-            if ref.startswith("#/$defs/"):
-                node = dict(defs[ref.removeprefix("#/$defs/")])
-                node.pop("description", None)
-                if "properties" in node:
-                    node.pop("type", None)
-            return {key: resolve(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [resolve(item) for item in node]
-        return node
-
-    resolved = resolve(schema)
-    schema.clear()
-    schema.update(resolved)
-    return schema
-
-
-def drop_required(schema: Any) -> Any:
-    """Results always carry every field: their schemas need not list them as required, nor
-    say what a missing one defaults to."""
-    if isinstance(schema, dict):
-        schema.pop("required", None)
-        schema.pop("default", None)
-        for value in schema.values():
-            drop_required(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            drop_required(item)
     return schema

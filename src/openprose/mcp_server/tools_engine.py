@@ -391,7 +391,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
 
     # ----------------------------------------------------------------------- guided
 
-    @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
+    @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def next_step(vm_token: str, wait_s: float = DEFAULT_WAIT
                         ) -> Annotated[CallToolResult, NextStep]:
         """Guided runs: everything the program needs now — sessions (token, binding, brief:
