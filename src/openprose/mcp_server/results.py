@@ -79,14 +79,14 @@ def block_infos(outline: Outline) -> list[BlockInfo]:
 
 
 class SpawnResult(BaseModel):
-    """The grant and the subagent's brief. The brief is also the text content: Claude Code
-    shows its model a tool's structured content (not the text) when the tool has one."""
+    """The grant and the subagent's brief. The brief is here, not in the text content:
+    Claude Code (and VS Code) show their model a tool's structured content instead of its
+    text, and hosts that show the text get a one-line grant naming the token. The execution
+    id is left out at the top level (see :func:`reply`)."""
 
     session_token: str
-    statement: str
     binding: str
-    execution_id: int | None
-    location: str
+    execution_id: int | None = None
     brief: str
 
 
@@ -203,11 +203,12 @@ class ResumeResult(BaseModel):
     outline: list[OutlineItem]
 
 
-def reply(result: BaseModel, text: str | None = None) -> CallToolResult:
-    """The tool's answer: ``result`` as structured content, ``text`` (default: its fields
-    as ``name: value`` lines) for the model."""
+def reply(result: BaseModel, text: str | None = None, *, exclude_none: bool = False
+          ) -> CallToolResult:
+    """The tool's answer: ``result`` as structured content (without its None fields when
+    ``exclude_none``), ``text`` (default: its fields as ``name: value`` lines) for the model."""
+    data = result.model_dump(mode="json", exclude_none=exclude_none)
     if text is None:
-        data = result.model_dump(mode="json")
         text = "\n".join(f"{key}: {value}" for key, value in data.items() if value is not None)
     return CallToolResult(content=[TextContent(type="text", text=text)],
-                          structured_content=result.model_dump(mode="json"))
+                          structured_content=data)

@@ -56,31 +56,34 @@ def session_model(statement: Statement, agent: Agent | None) -> str | None:
     return agent.model if agent is not None else None
 
 
-def brief(driven: DrivenRun, statement: Statement, pending: Pending, token: str, prompt: str,
-          context: list[str], agent: Agent | None, memory: AgentRef | None) -> str:
-    """The complete prompt for the subagent that runs this session."""
-    ref = pending.ref
-    scope = ""
-    if ref.execution_id:
-        frame = driven.run.frame(ref.execution_id)
-        scope = f" in execution {ref.execution_id} of block '{frame.block}' (depth {frame.depth})"
-    lines = [f"OpenProse session for statement {statement.id} (line {statement.line}): it "
-             f"produces '{ref.name}'{scope}.", f"Token: {token}"]
+def brief(statement: Statement, binding: str, token: str, prompt: str, context: list[str],
+          agent: Agent | None, memory: AgentRef | None) -> str:
+    """The complete prompt for the subagent that runs this session: the binding it produces,
+    its agent and model, the task, the context to read, memory, how to finish, the token."""
+    lines = [f"OpenProse session producing '{binding}'."]
     if agent is not None:
         model = session_model(statement, agent)
         lines.append(f"Act as the agent '{agent.name}'" + (f" (model {model})" if model else "")
                      + (f". Its instructions: {agent.prompt}" if agent.prompt
                         and agent.prompt != prompt else "."))
-    lines += ["", "Task:", prompt, ""]
+    lines += ["Task:", prompt]
     if context:
-        lines.append("Read first, with read_binding(token, name): " + ", ".join(context) + ".")
+        lines.append("Read first with read_binding(token, name): " + ", ".join(context) + ".")
     if memory is not None:
         lines.append(f"You are the persistent agent '{memory.name}': read_memory(token) first; "
                      "before you finish, write_memory(token, memory) with your updated memory, "
                      "compacted to what later sessions need.")
-    lines.append("Finish: write_binding(token, value=<your complete output>, "
-                 "summary=<one line>); then reply with its confirmation only.")
+    lines += ["Finish: write_binding(token, value=<your complete output>, "
+              "summary=<one line>); reply with its confirmation only.", f"token: {token}"]
     return "\n".join(lines)
+
+
+def grant_text(result: SpawnResult) -> str:
+    """The text content of a grant: one line for hosts that show text, not structured
+    content (the brief, which is structured content, says the rest)."""
+    where = f" in execution {result.execution_id}" if result.execution_id else ""
+    return (f"Session for '{result.binding}'{where} started; write_binding(token, value, "
+            f"summary) ends it. token: {result.session_token}")
 
 
 def confirmation_text(result: WriteResult) -> str:
@@ -151,13 +154,12 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         if isinstance(granted, Exception):
             raise Refusal("a session is granted exactly its binding", str(granted), st)
         driven.sequence[(st.id, eid or 0)] = sequence
-        pending = driven.pending[key] = Pending(st, ref, key, input_hash, granted.token)
-        text = brief(driven, st, pending, granted.token, prompt, [r.name for r in refs],
-                     definition, memory)
-        result = SpawnResult(session_token=granted.token, statement=st.id, binding=ref.name,
-                             execution_id=ref.execution_id, location=granted.binding_location,
-                             brief=text)
-        return reply(result, text)
+        driven.pending[key] = Pending(st, ref, key, input_hash, granted.token)
+        result = SpawnResult(session_token=granted.token, binding=ref.name,
+                             execution_id=ref.execution_id,
+                             brief=brief(st, ref.name, granted.token, prompt,
+                                         [r.name for r in refs], definition, memory))
+        return reply(result, grant_text(result), exclude_none=True)
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
     async def write_binding(token: str, value: str = "", summary: str = "", name: str = "",
