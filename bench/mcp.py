@@ -13,7 +13,8 @@ and talks to it over a real stdio pipe with the SDK's client, as a host does. Se
 - ``round-trip``: median (and 90th percentile) wall time of one ``write_binding`` of a 1 KB
   value over stdio, call to result, each on its own session. Target: <= 2 ms. Beside it, the
   same for ``read_binding`` of that value, which writes nothing: what the pipe and the SDK
-  cost without the durable commit.
+  cost without the durable commit; and the fsync floor: appending a 1 KB line beside the
+  run's files and fsyncing it, the durable commit's own cost on this disk; and the load.
 - ``guided-overhead`` (issue 12): per-statement wall time of a guided run of ``--statements``
   sequential sessions, the host answering each at once (next_step, write_binding), against
   ``prose run``'s engine on the scripted provider in process. Target: <= 2x.
@@ -134,13 +135,37 @@ async def section_round_trip(client: Client, options: argparse.Namespace) -> Non
         began = time.perf_counter()
         await call(client, "read_binding", token=vm, name=f"part{i}")
         reads.append(time.perf_counter() - began)
-    for label, timings in (("write_binding", writes), ("read_binding", reads)):
+    for label, timings in (("write_binding", writes), ("read_binding", reads),
+                           ("fsync floor", fsync_floor(options.project, trips))):
         ordered = sorted(timings)
         p90 = ordered[int(len(ordered) * 0.9)]
-        print(f"{label} 1 KB over stdio: median {statistics.median(ordered) * 1e3:.2f} ms, "
-              f"p90 {p90 * 1e3:.2f} ms over {trips} calls"
-              + (" (target median <= 2 ms)" if label == "write_binding" else
-                 " (no durable write: the pipe and the SDK's share)"))
+        print(f"{label} 1 KB{' over stdio' if label != 'fsync floor' else ''}: median "
+              f"{statistics.median(ordered) * 1e3:.2f} ms, p90 {p90 * 1e3:.2f} ms over "
+              f"{trips} calls" + {
+                  "write_binding": " (target median <= 2 ms)",
+                  "read_binding": " (no durable write: the pipe and the SDK's share)",
+                  "fsync floor": " (append + fsync beside the run's files: the durable "
+                                 "commit's share, one per write_binding)"}[label])
+    print(f"load average while measuring: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
+
+
+def fsync_floor(project: Path, trips: int) -> list[float]:
+    """Wall times of appending a 1 KB line to a file in ``project`` and fsyncing it: what
+    one durable journal commit costs on this disk, with no server around it."""
+    path = project / "fsync-floor.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    line = b"f" * KB + b"\n"
+    timings = []
+    try:
+        for _ in range(trips):
+            began = time.perf_counter()
+            os.write(fd, line)
+            os.fsync(fd)
+            timings.append(time.perf_counter() - began)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return timings
 
 
 async def guided_walk(client: Client, source: str, value: str,
@@ -252,7 +277,7 @@ SECTIONS: dict[str, Section] = {
 
 async def main(options: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="prose-bench-mcp-") as tmp:
-        project = Path(tmp)
+        project = options.project = Path(tmp)
         server = StdioServerParameters(command=PROSE,
                                        args=["serve", "--project", str(project)],
                                        env={"HOME": tmp})
