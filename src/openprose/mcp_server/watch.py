@@ -24,7 +24,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from openprose.mcp_server.updates import RunUpdates
@@ -34,6 +40,9 @@ logger = logging.getLogger(__name__)
 SETTLE_S = 0.2  # a write is checked once its path has been quiet this long
 STATE_HEADER = "# Execution State"
 STOP_WAIT_S = 30.0  # stop() waits at most this long for a check under way
+#: What the kernel reports: a file created, renamed into place, or closed after writing. Not
+#: each write (journal appends would wake the watcher on every record) nor opens and reads.
+EVENTS = [FileCreatedEvent, FileMovedEvent, FileClosedEvent]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +105,7 @@ class RunWatcher(FileSystemEventHandler):
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self.runs.mkdir(parents=True, exist_ok=True)
-        self._observer.schedule(self, str(self.runs), recursive=True)
+        self._observer.schedule(self, str(self.runs), recursive=True, event_filter=EVENTS)
         self._observer.start()
 
     def stop(self) -> None:
@@ -118,7 +127,7 @@ class RunWatcher(FileSystemEventHandler):
 
     # ------------------------------------------------------------------ events
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.is_directory or event.event_type not in ("created", "modified", "moved"):
+        if event.is_directory or event.event_type not in ("created", "closed", "moved"):
             return
         path = Path(str(event.dest_path if event.event_type == "moved" else event.src_path))
         target = self._target(path)
