@@ -21,6 +21,28 @@ BACKENDS = ["filesystem", "sqlite", pytest.param(
         not PG_URL, reason="needs OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])]
 SCRIPTED = ["--provider", "scripted", "--script", "s.yaml"]
 
+# Two steps, then a final session that reads them: the program the process tests drive.
+TWO_STEPS = '''\
+let a = session "step A"
+let b = session "step B"
+output o = session "final"
+  context: { a, b }
+'''
+
+
+def two_steps_script(latency: float) -> str:
+    """A scripted provider for TWO_STEPS whose sessions take ``latency`` seconds each and
+    whose call log (calls.jsonl) shows each start."""
+    return f'''\
+latency: {latency}
+call_log: calls.jsonl
+sessions:
+  - match: "step (\\\\w)"
+    output: "did \\\\1"
+  - match: "final"
+    output: "final"
+'''
+
 
 def make_project(root: Path, program: str, script: str, backend: str,
                  monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

@@ -15,30 +15,19 @@ from tests.engine.cli_procs import (
     BACKENDS,
     CLI,
     SCRIPTED,
+    TWO_STEPS,
     make_project,
     prose,
     starts,
     stop,
+    two_steps_script,
     wait_for,
 )
 
 from openprose.state import open_store
 
-PROGRAM = '''\
-let a = session "step A"
-let b = session "step B"
-output o = session "final"
-  context: { a, b }
-'''
-SCRIPT = '''\
-latency: 0.5
-call_log: calls.jsonl
-sessions:
-  - match: "step (\\\\w)"
-    output: "did \\\\1"
-  - match: "final"
-    output: "final"
-'''
+PROGRAM = TWO_STEPS
+SCRIPT = two_steps_script(0.5)
 FAILING = SCRIPT.replace('output: "final"', 'fail: 9\n    error: outage')
 
 

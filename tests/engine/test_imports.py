@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from tests.engine.memjournal import MemJournal
+from tests.engine.program_server import ProgramServer
 
 from openprose.engine.errors import ImportFailed
 from openprose.engine.imports import ImportLoader, resolve
@@ -48,34 +47,11 @@ def test_local_import_call_member_and_destructure(tmp_path):
     assert out == {"a": "F:AI", "b": "F:ML", "c": "src"}
 
 
-class _Server:
-    def __init__(self, body: str):
-        self.body, self.hits = body, 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                outer.hits += 1
-                data = outer.body.encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-
 def test_url_import_is_cached_by_content_hash(tmp_path):
-    server = _Server(CHILD)
+    server = ProgramServer({"/alice/research.prose": CHILD})
     main = f'use "{server.url}/alice/research.prose" as research\noutput a = research(topic: "X").findings\n'
     assert _run(tmp_path, main, tmp_path / "main.prose") == {"a": "F:X"}
-    server.httpd.shutdown()
-    server.httpd.server_close()
+    server.close()
     assert _run(tmp_path, main, tmp_path / "main.prose") == {"a": "F:X"}  # from the cache
     assert len(list((tmp_path / "cache").glob("*.prose"))) == 1
 
