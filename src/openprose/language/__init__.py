@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from openprose.language import nodes
 from openprose.language.diagnostics import CompileError, Diagnostic, Severity
@@ -16,6 +17,9 @@ from openprose.language.diagnostics import CompileError, Diagnostic, Severity
 MAX_TREE_DEPTH = 256
 #: The most diagnostics reported for one file; the rest are counted (``omitted``).
 MAX_DIAGNOSTICS = 100
+#: Program texts whose parse is kept: starting a run compiles its program in several places
+#: (the server's outline, the engine, state.md), and parsing is most of compile's time.
+PARSED_KEPT = 8
 
 
 @dataclass
@@ -50,14 +54,16 @@ class CompileResult:
 
 
 def compile(source: str, path: str | None = None) -> CompileResult:
-    """Parse and validate ``source``; never raises for bad input, reports diagnostics instead."""
-    from openprose.language.parser import parse
+    """Parse and validate ``source``; never raises for bad input, reports diagnostics instead.
+    The parse of a recent text is reused (the tree is immutable); validation always runs, as
+    it reads the local files the program imports."""
     from openprose.language.validator import validate
 
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 6000))  # room for the parser's own nesting limit
     try:
-        program, diagnostics = parse(source, path)
+        program, parsed = _parsed(source)
+        diagnostics = [replace(d, file=path) for d in parsed]
         if program is not None:
             too_deep = _too_deep(program, path)
             if too_deep is not None:
@@ -73,6 +79,16 @@ def compile(source: str, path: str | None = None) -> CompileResult:
         sys.setrecursionlimit(limit)
     kept = _capped(diagnostics)
     return CompileResult(program, kept, source, path, len(diagnostics) - len(kept))
+
+
+@lru_cache(maxsize=PARSED_KEPT)
+def _parsed(source: str) -> tuple[nodes.Program | None, tuple[Diagnostic, ...]]:
+    """The syntax tree of ``source`` and the parser's diagnostics (for no file: the caller
+    names its own)."""
+    from openprose.language.parser import parse
+
+    program, diagnostics = parse(source, None)
+    return program, tuple(diagnostics)
 
 
 def _capped(diagnostics: list[Diagnostic]) -> list[Diagnostic]:

@@ -1,0 +1,38 @@
+"""compile() reuses the parse of a text it saw recently: results must not show it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from openprose.language import compile
+
+BROKEN = 'let a = session "unterminated\nlet b = session "fine"\n'
+
+
+def test_each_compile_names_its_own_file() -> None:
+    first = compile(BROKEN, "one.prose")
+    second = compile(BROKEN, "two.prose")
+    unnamed = compile(BROKEN)
+    assert first.errors and {d.file for d in first.diagnostics} == {"one.prose"}
+    assert {d.file for d in second.diagnostics} == {"two.prose"}
+    assert {d.file for d in unnamed.diagnostics} == {None}
+    assert [d.code for d in first.diagnostics] == [d.code for d in second.diagnostics]
+
+
+def test_a_result_changed_by_its_caller_leaves_the_next_alone() -> None:
+    first = compile(BROKEN, "one.prose")
+    count = len(first.diagnostics)
+    first.diagnostics.clear()
+    assert len(compile(BROKEN, "one.prose").diagnostics) == count
+
+
+def test_imports_are_checked_again_when_the_imported_file_changes(tmp_path: Path) -> None:
+    """Validation reads the imported file each time: only the parse is reused."""
+    lib = tmp_path / "lib.prose"
+    lib.write_text('input topic: "t"\noutput findings = session "x {topic}"\n', encoding="utf-8")
+    source = 'use "./lib.prose" as lib\nlet r = lib(topic: "a")\n'
+    main = str(tmp_path / "main.prose")
+    assert compile(source, main).diagnostics == []
+    lib.write_text('input topic: "t"\ninput depth: "d"\noutput findings = session "x"\n',
+                   encoding="utf-8")
+    assert [d.code for d in compile(source, main).diagnostics] == ["E026"]
