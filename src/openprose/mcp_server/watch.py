@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -94,19 +95,22 @@ class RunWatcher(FileSystemEventHandler):
         self.home = home
         self.on_report = on_report
         self._reports: dict[str, list[OutsideWrite]] = {}
-        self._timers: dict[str, threading.Timer] = {}
+        self._due: dict[str, float] = {}  # run id -> when its files will have been quiet
         self._pending: dict[str, set[str]] = {}
         self._lock = threading.Lock()
-        self._checks_done = threading.Condition(self._lock)
-        self._checking = 0
+        self._wake = threading.Condition(self._lock)
+        self._checking = False
         self._stopped = False
         self._observer = Observer()
+        self._settler = threading.Thread(target=self._settle, name="prose-watch-settle",
+                                         daemon=True)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self.runs.mkdir(parents=True, exist_ok=True)
         self._observer.schedule(self, str(self.runs), recursive=True, event_filter=EVENTS)
         self._observer.start()
+        self._settler.start()
 
     def stop(self) -> None:
         """Stop watching; returns once a check already under way has ended. Nothing is
@@ -115,11 +119,10 @@ class RunWatcher(FileSystemEventHandler):
         self._observer.join()
         with self._lock:
             self._stopped = True
-            for timer in self._timers.values():
-                timer.cancel()
-            self._timers.clear()
+            self._due.clear()
             self._pending.clear()
-            self._checks_done.wait_for(lambda: self._checking == 0, timeout=STOP_WAIT_S)
+            self._wake.notify_all()
+            self._wake.wait_for(lambda: not self._checking, timeout=STOP_WAIT_S)
 
     def reports(self, run_id: str) -> list[OutsideWrite]:
         with self._lock:
@@ -136,13 +139,10 @@ class RunWatcher(FileSystemEventHandler):
         run_id = target[0]
         with self._lock:  # one check per run once its files have been quiet for SETTLE_S
             self._pending.setdefault(run_id, set()).add(target[1])
-            timer = self._timers.pop(run_id, None)
-            if timer is not None:
-                timer.cancel()
-            timer = threading.Timer(SETTLE_S, self._settled, (run_id,))
-            timer.daemon = True
-            self._timers[run_id] = timer
-        timer.start()
+            idle = not self._due  # otherwise the settler wakes for an earlier deadline
+            self._due[run_id] = time.monotonic() + SETTLE_S
+            if idle:
+                self._wake.notify()
 
     def _target(self, path: Path) -> tuple[str, str] | None:
         """(run id, path in the run) for a top-level run's binding file or state.md."""
@@ -157,19 +157,30 @@ class RunWatcher(FileSystemEventHandler):
             return parts[0], f"bindings/{parts[2]}"
         return None
 
-    def _settled(self, run_id: str) -> None:
+    def _settle(self) -> None:
+        """The settler thread: checks each run whose files have been quiet long enough."""
         with self._lock:
-            if self._stopped:
-                return
-            self._timers.pop(run_id, None)
-            changed = sorted(self._pending.pop(run_id, ()))
-            self._checking += 1
-        try:
-            self._check(run_id, changed)
-        finally:
-            with self._lock:
-                self._checking -= 1
-                self._checks_done.notify_all()
+            while not self._stopped:
+                now = time.monotonic()
+                ready = [run_id for run_id, due in self._due.items() if due <= now]
+                if not ready:
+                    self._wake.wait(min(self._due.values()) - now if self._due else None)
+                    continue
+                batches = [(run_id, sorted(self._pending.pop(run_id, ()))) for run_id in ready]
+                for run_id in ready:
+                    del self._due[run_id]
+                self._checking = True
+                self._lock.release()
+                try:
+                    for run_id, changed in batches:
+                        try:
+                            self._check(run_id, changed)
+                        except Exception:  # a bug in a check must not stop the watching
+                            logger.exception("checking run %s failed", run_id)
+                finally:
+                    self._lock.acquire()
+                    self._checking = False
+                    self._wake.notify_all()
 
     def _check(self, run_id: str, changed: list[str]) -> None:
         run_dir = self.runs / run_id
