@@ -4,6 +4,8 @@ host, give the same run as ``prose run`` on the scripted provider."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from tests.mcp_server.guided_host import (
     scripted,
 )
 
+from openprose import state
 from openprose.engine import ScriptedProvider, runner
 from openprose.engine.interpreter import Options
 from openprose.language import compile_or_raise
@@ -83,6 +86,41 @@ def test_parallel_items_pending_together_and_completed_in_reverse(tmp_path):
     outcome = asyncio.run(main())
     assert outcome.status == "completed" and outcome.outputs == {"joined": "all three"}
     assert bindings_of(tmp_path, outcome.run_id)[("c", None)] == "value of c"
+
+
+def test_items_whose_intent_is_still_being_written_are_listed_together(tmp_path,
+                                                                       monkeypatch):
+    """While one session is in flight the engine records the next ones' intent on a worker
+    thread (backends whose writes wait: SQLite, PostgreSQL); a listing waits for those writes,
+    however slow the disk, rather than returning the parallel block's branches one by one."""
+    source = 'let a = session "First"\nparallel:\n  b = session "Second"\n' \
+             '  c = session "Third"\n'
+    start_sessions = state.Run.start_sessions
+
+    def slow_off_the_loop(self, starts):
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(0.3)
+        return start_sessions(self, starts)
+
+    monkeypatch.setattr(state.Run, "start_sessions", slow_off_the_loop)
+
+    async def main():
+        host = HostProvider()
+        job = _inline(source, tmp_path)
+        job.backend = "sqlite"
+        run = asyncio.ensure_future(runner.execute(job, host, host.observe))
+        (first,) = await host.wait_for_items(5)
+        await host.complete_session(first.token, "A")
+        items = await host.wait_for_items(5)
+        listed = sorted(item.request.binding for item in items)
+        while not run.done():
+            for item in items:
+                await host.complete_session(item.token, item.request.binding.upper())
+            items = await host.wait_for_items(0.5)
+        return listed, await run
+
+    listed, outcome = asyncio.run(main())
+    assert listed == ["b", "c"] and outcome.status == "completed"
 
 
 def test_concurrency_caps_pending_items(tmp_path):

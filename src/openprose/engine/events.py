@@ -8,8 +8,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """``kind`` is one of: statement, session_start, session_end, session_reused,
-    session_retry, session_failed, verdict, verdict_reused, cancelled, warning."""
+    """``kind`` is one of: statement, session_opening, session_opened, session_start,
+    session_end, session_reused, session_retry, session_failed, verdict, verdict_reused,
+    cancelled, warning. ``session_opening``/``session_opened`` bracket the write that
+    records a session's intent (``session_opened`` also when it failed or was cancelled);
+    ``session_start`` follows once the session is open."""
 
     kind: str
     key: str

@@ -370,7 +370,11 @@ class Interpreter:
         spec = SessionSpec(ctx.path, digest, name, kind, ctx.execution_id, self.source_of(node),
                            node.span.line, refs, node.agent if persist else None, persist,
                            tuple(items))
-        handle = await self.open_session(spec)
+        self.emit("session_opening", ctx.path, node)
+        try:
+            handle = await self.open_session(spec)
+        finally:  # opened or not (its branch cancelled, the write failed): no longer opening
+            self.emit("session_opened", ctx.path, node)
         memory = handle.io.read_memory() if node.resume else None
         policy = RetryPolicy(merged.retries, merged.backoff, self.options.retry_base_delay)
         self.totals.in_flight += 1

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import hashlib
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -150,6 +149,11 @@ class HostProvider(Provider):
         self._settled: dict[str, asyncio.Future[str]] = {}
         self._changed = asyncio.Event()
         self._closed: str | None = None
+        #: Sessions the engine is recording the intent of (on a worker thread, while others
+        #: are in flight): each reaches :meth:`run_session` next, so a listing waits for them.
+        self._opening = 0
+        self._opened = asyncio.Event()
+        self._opened.set()
 
     # ----------------------------------------------------------------------- engine side
 
@@ -182,7 +186,14 @@ class HostProvider(Provider):
     def observe(self, event: Event) -> None:
         """Engine listener: what the engine did with a completed item (recorded it, will
         retry it, gave it up)."""
-        if event.kind in _SETTLING:
+        if event.kind == "session_opening":
+            self._opening += 1
+            self._opened.clear()
+        elif event.kind == "session_opened":
+            self._opening -= 1
+            if not self._opening:
+                self._opened.set()
+        elif event.kind in _SETTLING:
             waiter = self._settled.pop(event.key, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(event.kind)
@@ -194,6 +205,8 @@ class HostProvider(Provider):
             if not waiter.done():
                 waiter.set_result("ended")
         self._settled.clear()
+        self._opening = 0
+        self._opened.set()
         self._changed.set()
 
     # ----------------------------------------------------------------------- host side
@@ -205,7 +218,7 @@ class HostProvider(Provider):
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), max(0.0, wait_s))
-        await _quiesce(lambda: len(self.pending))
+        await self._quiesce()
         items = list(self.pending.values())
         for item in items:
             item.issued += 1
@@ -288,8 +301,19 @@ class HostProvider(Provider):
             outcome = "cancelled" if asker is not None and asker.cancelled() else "ended"
         else:
             outcome = "timeout"
-        await _quiesce(lambda: len(self.pending))
+        await self._quiesce()
         return outcome
+
+    async def _quiesce(self) -> None:
+        """Let the engine run until what is pending stops changing: parallel siblings reach
+        the provider (and settled joins cancel their losers) a few event-loop turns apart,
+        or once the write recording their intent is done."""
+        count = -1
+        while count != len(self.pending) or self._opening:
+            await self._opened.wait()
+            count = len(self.pending)
+            for _ in range(3):
+                await asyncio.sleep(0)
 
     def _live(self, token: str, kind: type[ItemT]) -> ItemT | None:
         """The pending item of ``kind`` with this token that nobody has answered yet."""
@@ -313,16 +337,6 @@ class HostProvider(Provider):
             return ItemRefused(f"this token belongs to a pending {item.kind}, not a {kind}")
         return ItemRefused(f"unknown {kind} token (a server restart re-issues pending items "
                            "with new tokens: call next_step)")
-
-
-async def _quiesce(size: Callable[[], int]) -> None:
-    """Let the engine run until ``size()`` stops changing: parallel siblings reach the
-    provider (and settled joins cancel their losers) a few event-loop turns apart."""
-    count = -1
-    while count != size():
-        count = size()
-        for _ in range(3):
-            await asyncio.sleep(0)
 
 
 def _checked_verdict(request: JudgeRequest, value: bool | str) -> bool | str:
