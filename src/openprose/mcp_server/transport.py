@@ -13,6 +13,8 @@ import contextlib
 import hmac
 import io
 import json
+import os
+import queue
 import secrets
 import signal
 import socket
@@ -37,6 +39,10 @@ TOKEN_SETTING = "OPENPROSE_MCP_TOKEN"
 LOOPBACK = "127.0.0.1"
 MCP_PATH = "/mcp"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Messages queued for stdout before the event loop waits for the client to read.
+STDOUT_QUEUE = 256
+#: Seconds a stopping server gives its queued messages to reach the client.
+STDOUT_DRAIN_S = 5.0
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -139,9 +145,74 @@ def _read_lines(stream: IO[str], send: MemoryObjectSendStream[str],
         return
 
 
+class LineWriter:
+    """Messages to the client written by a thread of their own: the event loop queues a
+    line and goes on. (The SDK's own writer waits for a worker thread to write each message
+    and again to flush it: two thread round trips per reply.) Lines keep their order; lines
+    queued together go out in one write. A failed write (the client went away) is raised at
+    the next message."""
+
+    def __init__(self, wire: int) -> None:
+        self._wire = wire
+        self._lines: queue.Queue[bytes | None] = queue.Queue(STDOUT_QUEUE)
+        self._failed: OSError | None = None
+        self._thread = threading.Thread(target=self._write_lines, name="prose-serve-stdout",
+                                        daemon=True)
+        self._thread.start()
+
+    async def write(self, text: str) -> None:
+        if self._failed is not None:
+            raise self._failed
+        line = text.encode("utf-8")
+        try:
+            self._lines.put_nowait(line)
+        except queue.Full:  # the client is not reading: wait for room off the event loop
+            await anyio.to_thread.run_sync(self._lines.put, line)
+
+    async def flush(self) -> None:
+        """Nothing to do: lines are written unbuffered."""
+
+    def close(self) -> None:
+        """Write what is queued (for at most :data:`STDOUT_DRAIN_S`), then stop."""
+        with contextlib.suppress(queue.Full):
+            self._lines.put(None, timeout=STDOUT_DRAIN_S)
+        self._thread.join(STDOUT_DRAIN_S)
+
+    def _write_lines(self) -> None:
+        done = False
+        while not done:
+            batch = [self._lines.get()]
+            with contextlib.suppress(queue.Empty):
+                while batch[-1] is not None and len(batch) < STDOUT_QUEUE:
+                    batch.append(self._lines.get_nowait())
+            done = batch[-1] is None
+            data = memoryview(b"".join(line for line in batch if line is not None))
+            try:
+                while data and self._failed is None:  # nobody reads after a failure: drop
+                    data = data[os.write(self._wire, data):]
+            except OSError as exc:
+                self._failed = exc
+
+
+@contextlib.contextmanager
+def claimed_stdout() -> Iterator[int]:
+    """The wire to the client: a private duplicate of stdout's descriptor, while descriptor
+    1 goes to stderr so that nothing printed by accident can corrupt the protocol (as the
+    SDK's own stdio transport does). Restored on exit."""
+    sys.stdout.flush()
+    wire = os.dup(1)  # not inherited by child processes
+    os.dup2(2, 1)
+    try:
+        yield wire
+    finally:
+        os.dup2(wire, 1)
+        os.close(wire)
+
+
 async def serve_stdio(mcp: MCPServer) -> int | None:
     """Serve over stdin/stdout until the client closes stdin (None) or a stop signal (its
-    number). Stdin is read on a daemon thread: a signal must not wait for a blocked read."""
+    number). Stdin is read on a daemon thread: a signal must not wait for a blocked read;
+    replies are written by another (see :class:`LineWriter`)."""
     from mcp.server.stdio import stdio_server
 
     received: list[int] = []
@@ -149,14 +220,20 @@ async def serve_stdio(mcp: MCPServer) -> int | None:
     stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
     threading.Thread(target=_read_lines, args=(stdin, send, anyio.lowlevel.current_token()),
                      name="prose-serve-stdin", daemon=True).start()
-    async with anyio.create_task_group() as group, stdio_server(stdin=lines) as streams:
-        async def stop() -> None:
-            group.cancel_scope.cancel()
+    with claimed_stdout() as wire:
+        writer = LineWriter(wire)
+        try:
+            async with anyio.create_task_group() as group, \
+                    stdio_server(stdin=lines, stdout=writer) as streams:  # type: ignore[arg-type]
+                async def stop() -> None:
+                    group.cancel_scope.cancel()
 
-        group.start_soon(_first_signal, received, stop)
-        server = mcp._lowlevel_server
-        await server.run(*streams, server.create_initialization_options())
-        group.cancel_scope.cancel()
+                group.start_soon(_first_signal, received, stop)
+                server = mcp._lowlevel_server
+                await server.run(*streams, server.create_initialization_options())
+                group.cancel_scope.cancel()
+        finally:
+            writer.close()
     return received[0] if received else None
 
 
