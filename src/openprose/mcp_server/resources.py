@@ -60,6 +60,11 @@ class RunCatalog:
         names = ("filesystem", "sqlite")
         return (*names, "postgres") if postgres_url(self.project_root) else names
 
+    def opened(self) -> list[StateStore]:
+        """The stores opened so far."""
+        with self._lock:
+            return list(self._stores.values())
+
     def store(self, backend: str) -> StateStore:
         with self._lock:
             store = self._stores.get(backend)

@@ -23,6 +23,7 @@ import hashlib
 import os
 import secrets
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,10 +104,22 @@ class DrivenRun:
     sequence: Counter[tuple[str, int]] = field(default_factory=Counter)
     completed: dict[tuple[str, int], BindingRef] = field(default_factory=dict)
     holder: DriverLock | None = None  # the run-driver lock while this server drives it
+    _running: bool = field(default=False, repr=False)
 
     @property
     def id(self) -> str:
         return self.run.id
+
+    @property
+    def status(self) -> str:
+        """The run's status. While this server holds the run-driver lock no other driver can
+        finish the run, so "running" is read from storage once, not on every call; it is read
+        again once the lock is gone (complete_run finishes the run, then releases it)."""
+        if self._running and self.holder is not None and self.holder.held:
+            return "running"
+        status = self.run.status
+        self._running = status == "running"
+        return status
 
     @property
     def backend(self) -> str:
@@ -115,6 +128,9 @@ class DrivenRun:
     # ------------------------------------------------------------------ sessions
     def pending_for(self, token: str, ref: BindingRef) -> Pending | None:
         """The pending session of ``token`` (whose binding is ``ref``)."""
+        for pending in self.pending.values():
+            if pending.token == token and pending.ref == ref:
+                return pending
         found = [p for p in self.pending.values() if p.ref == ref]
         exact = [p for p in found if p.token == token]
         if exact:
@@ -145,7 +161,7 @@ class DrivenRun:
         return found
 
     def live(self) -> None:
-        status = self.run.status
+        status = self.status
         if status != "running":
             raise Refusal("a finished run is not driven any more",
                           f"run {self.id} is {status}")
@@ -327,7 +343,7 @@ class RunRegistry:
 
     @staticmethod
     def _drivable(driven: DrivenRun, take_over: bool) -> bool:
-        return driven.run.status == "running" and (
+        return driven.status == "running" and (
             driven.mode == HOST or (driven.mode == ENGINE and take_over))
 
     def hold(self, driven: DrivenRun) -> None:
@@ -361,7 +377,7 @@ class RunRegistry:
             raise Refusal("resume_run replaces a run's VM token; the old one stops working",
                           f"this VM token no longer drives run {run_id} (call resume_run for "
                           "a fresh one)")
-        if driven.mode == HOST and driven.run.status == "running":
+        if driven.mode == HOST and driven.status == "running":
             self.hold(driven)
         return driven
 
@@ -407,14 +423,18 @@ class RunRegistry:
                 return self.get(run_id), BindingRef(grant["name"], grant["execution_id"])
         return None
 
-    def _stores(self) -> list[Any]:
-        stores = []
+    def _stores(self) -> Iterator[Any]:
+        """The project's stores, the ones already open first: a token is nearly always in
+        one of them, found without reading the settings (which name the other backends)."""
+        opened = self.catalog.opened()
+        yield from opened
         for backend in self.catalog.backends():
             try:
-                stores.append(self.catalog.store(backend))
+                store = self.catalog.store(backend)
             except StateError:
                 continue
-        return stores
+            if store not in opened:
+                yield store
 
     def close(self) -> None:
         for driven in self.runs.values():
