@@ -248,3 +248,25 @@ def test_serve_refuses_a_missing_project(tmp_path: Path) -> None:
 
 def _jsonrpc_line() -> bytes:
     return (json.dumps(_initialize()) + "\n").encode()
+
+
+async def test_stdio_carries_megabyte_messages_both_ways(project: Path) -> None:
+    """A message larger than the pipe's buffer reaches the server whole (read on the event
+    loop as the pipe fills) and a reply larger than it reaches the client whole (written
+    as the client drains the pipe), several of them in flight at once."""
+    value = "".join(f"{i:07d}\n" for i in range(128 * 1024))  # 1 MiB, every line distinct
+    async with Client(_stdio(project), mode="legacy") as client:
+        started = await client.call_tool("start_run", {"program": "research.prose",
+                                                       "inputs": {"topic": value}})
+        vm = started.structured_content["vm_token"]
+        reads: list[str] = []
+
+        async def read() -> None:
+            result = await client.call_tool("read_binding", {"token": vm, "name": "topic",
+                                                             "limit": len(value)})
+            reads.append(result.structured_content["value"])
+
+        async with anyio.create_task_group() as group:
+            for _ in range(3):
+                group.start_soon(read)
+    assert reads == [value] * 3
