@@ -13,8 +13,9 @@ and talks to it over a real stdio pipe with the SDK's client, as a host does. Se
 - ``round-trip``: median (and 90th percentile) wall time of one ``write_binding`` of a 1 KB
   value over stdio, call to result, each on its own session. Target: <= 2 ms. Beside it, the
   same for ``read_binding`` of that value, which writes nothing: what the pipe and the SDK
-  cost without the durable commit; and the fsync floor: appending a 1 KB line beside the
-  run's files and fsyncing it, the durable commit's own cost on this disk; and the load.
+  cost without the durable commit; the fsync floor: appending a 1 KB line beside the run's
+  files and fsyncing it, the durable commit's own cost on this disk; a call of a tool that
+  does nothing on the same transport (the SDK's and the pipe's share); and the load.
 - ``guided-overhead`` (issue 12): per-statement wall time of a guided run of ``--statements``
   sequential sessions, the host answering each at once (next_step, write_binding), against
   ``prose run``'s engine on the scripted provider in process (both from the program text, so
@@ -149,6 +150,9 @@ async def section_round_trip(client: Client, options: argparse.Namespace) -> Non
                   "read_binding": " (no durable write: the pipe and the SDK's share)",
                   "fsync floor": " (append + fsync beside the run's files: the durable "
                                  "commit's share, one per write_binding)"}[label])
+    empty = await empty_call_trip(trips)
+    print(f"a tool that does nothing over stdio: median {empty * 1e3:.2f} ms (the SDK at both "
+          "ends and the pipe); write_binding's floor is that plus the fsync floor")
     print(f"load average while measuring: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
 
 
