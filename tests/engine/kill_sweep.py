@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from openprose.language import compile_or_raise
+from openprose.language import CompileError, compile_or_raise
 from openprose.language import nodes as n
 from openprose.state import open_store
 
@@ -34,6 +34,10 @@ CORPUS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus").reso
 # every `until` loop runs once (as in tests/engine/test_corpus.py), each call takes a while.
 CORPUS_SCRIPT = {"default_output": "yes\n- first finding\n- second finding", "latency": 0.02,
                  "conditions": [{"match": ".", "verdicts": [False, True]}]}
+# Sessions that end an otherwise endless corpus program: 28-gas-town's two patrol loops run
+# `loop (max: 1000)` with no condition, so their waiting step fails and each branch of that
+# `parallel (on-fail: "continue")` ends after one round.
+CORPUS_FAILS = {"28-gas-town": "Wait for deacon backoff period|Boot sleeping for 5 minutes"}
 
 
 @dataclass(frozen=True)
@@ -117,15 +121,24 @@ def combined_program() -> Program:
     return Program("combined", COMBINED, OWN_SCRIPT)
 
 
-def corpus_programs() -> list[Program]:
+def corpus_programs() -> tuple[list[Program], dict[str, str]]:
+    """The corpus programs the sweep can run, and the others with the reason."""
     files = sorted(CORPUS.glob("*.prose")) + sorted(CORPUS.glob("roadmap/*.prose"))
-    found = []
+    found, skipped = [], {}
     for path in files:
-        program = compile_or_raise(path.read_text(encoding="utf-8"), str(path))
+        source = path.read_text(encoding="utf-8")
+        try:
+            program = compile_or_raise(source, str(path))
+        except CompileError as err:
+            skipped[path.stem] = f"does not compile: {str(err).splitlines()[0]}"
+            continue
         inputs = {decl.name: f"sample {decl.name}" for decl in program.inputs}
-        found.append(Program(path.stem, path.read_text(encoding="utf-8"), CORPUS_SCRIPT,
-                             path, inputs))
-    return found
+        script = CORPUS_SCRIPT
+        if path.stem in CORPUS_FAILS:
+            script = {**script, "sessions": [{"match": CORPUS_FAILS[path.stem], "fail": 1000,
+                                              "error": "scripted end of the loop"}]}
+        found.append(Program(path.stem, source, script, path, inputs))
+    return found, skipped
 
 
 @dataclass
@@ -137,22 +150,31 @@ class Result:
     reran: int
     seconds: float
     kills: int = 0
+    tracebacks: list[str] = field(default_factory=list)
 
 
 @dataclass
 class Tally:
+    programs: int = 0
     trials: int = 0
     kills: int = 0
     mismatches: int = 0
     reran: int = 0
     notes: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # program -> reason
 
     def add(self, other: Tally) -> None:
+        self.programs += other.programs
         self.trials += other.trials
         self.kills += other.kills
         self.mismatches += other.mismatches
         self.reran += other.reran
         self.notes += other.notes
+        self.skipped.update(other.skipped)
+
+
+class TooLong(Exception):
+    """The uninterrupted run took longer than the sweep allows a program."""
 
 
 class Project:
@@ -198,8 +220,15 @@ class Project:
                     return line.split()[1]
         return None
 
-    def result(self, proc: subprocess.Popen[str], seconds: float, kills: int) -> Result:
-        out, _ = proc.communicate(timeout=300)
+    def result(self, proc: subprocess.Popen[str], seconds: float, kills: int,
+               timeout: float = 300) -> Result:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return Result("hung", f"no end within {timeout:.0f} s", {}, {},
+                          reran(self.root / "calls.jsonl"), seconds, kills)
         try:
             data = json.loads(out)
         except ValueError:  # refused, or a traceback: what it said is the result
@@ -208,7 +237,13 @@ class Project:
                           reran(self.root / "calls.jsonl"), seconds, kills)
         return Result(data["status"], data["error"], data["outputs"],
                       self.bindings(data["run_id"]), reran(self.root / "calls.jsonl"), seconds,
-                      kills)
+                      kills, self.tracebacks())
+
+    def tracebacks(self) -> list[str]:
+        """The hops whose error output holds a Python traceback (none may)."""
+        return [f"err{hop}.txt" for hop in range(1, self.hops + 1)
+                if "Traceback (most recent call last)" in
+                (self.root / f"err{hop}.txt").read_text(errors="replace")]
 
     def bindings(self, run_id: str) -> dict[tuple[str, int | None], str]:
         with open_store(self.root, self.backend, postgres_url=PG_URL, schema=PG_SCHEMA) as store:
@@ -253,13 +288,19 @@ def reran(log: Path) -> int:
     return again
 
 
-def reference(root: Path, program: Program, backend: str) -> Result:
-    """The uninterrupted run; its ``seconds`` count from the moment the run was opened."""
+def reference(root: Path, program: Program, backend: str, limit: float = 300) -> Result:
+    """The uninterrupted run; its ``seconds`` count from the moment the run was opened.
+    Raises :class:`TooLong` (the process killed) when it takes more than ``limit`` seconds."""
     project = Project(root, program, backend)
     proc = project.start(None)
     project.wait_started(proc)
     began = time.monotonic()
-    proc.wait(timeout=300)
+    try:
+        proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise TooLong(f"uninterrupted run longer than {limit:.0f} s") from None
     return project.result(proc, time.monotonic() - began, 0)
 
 
@@ -283,8 +324,8 @@ def trial(root: Path, program: Program, backend: str, rng: random.Random, span: 
         proc.wait()
         kills += 1
         proc = project.start(project.run_id())
-    proc.wait(timeout=300)
-    return project.result(proc, time.monotonic() - began, kills)
+    # a resume replays what the killed drives recorded: far more than one run's time is a hang
+    return project.result(proc, time.monotonic() - began, kills, timeout=60 + 10 * span)
 
 
 def join_branch_names(program: Program) -> set[str]:
@@ -298,7 +339,7 @@ def join_branch_names(program: Program) -> set[str]:
 
 
 def differences(expected: Result, got: Result, optional: set[str]) -> list[str]:
-    found = []
+    found = [f"traceback in {name}" for name in got.tracebacks]
     for what in ("status", "error", "outputs"):
         if getattr(expected, what) != getattr(got, what):
             found.append(f"{what}: {getattr(got, what)!r} != {getattr(expected, what)!r}")
@@ -315,19 +356,21 @@ def differences(expected: Result, got: Result, optional: set[str]) -> list[str]:
 
 
 def sweep(programs: list[Program], backends: list[str], trials: int, workdir: Path, *,
-          seed: str = "sweep", max_kills: int = 3, reach: float = 1.1,
+          seed: str = "sweep", max_kills: int = 3, reach: float = 1.1, limit: float = 300,
           report: Callable[[str, str, Tally], None] | None = None) -> Tally:
     """Each program on each backend: one uninterrupted run, then ``trials`` killed ones, each
-    kill at a moment drawn from the first ``reach`` × the uninterrupted run's duration."""
+    kill at a moment drawn from the first ``reach`` × the uninterrupted run's duration. A
+    program whose uninterrupted run takes over ``limit`` seconds is skipped (counted)."""
     try:
-        return _sweep(programs, backends, trials, workdir, seed, max_kills, reach, report)
+        return _sweep(programs, backends, trials, workdir, seed, max_kills, reach, limit,
+                      report)
     finally:
         if "postgres" in backends and PG_URL:
             _drop_schema()
 
 
 def _sweep(programs: list[Program], backends: list[str], trials: int, workdir: Path,
-           seed: str, max_kills: int, reach: float,
+           seed: str, max_kills: int, reach: float, limit: float,
            report: Callable[[str, str, Tally], None] | None) -> Tally:
     total = Tally()
     for backend in backends:
@@ -335,8 +378,24 @@ def _sweep(programs: list[Program], backends: list[str], trials: int, workdir: P
             rng = random.Random(f"{seed}-{backend}-{program.name}")
             tally = Tally()
             base = workdir / backend / program.name
-            expected = reference(base / "reference", program, backend)
+            try:
+                expected = reference(base / "reference", program, backend, limit)
+            except TooLong as err:
+                expected, why = None, str(err)
+            else:  # a run that cannot start here (a refused input, an import) is no trial
+                why = (f"cannot run here: {expected.error}"
+                       if expected.status.startswith("exit ") else None)
+            if why is not None:
+                tally.skipped[program.name] = why
+                if report is not None:
+                    report(backend, program.name, tally)
+                total.add(tally)
+                continue
+            tally.programs = 1
             optional = join_branch_names(program)
+            if expected.tracebacks:
+                tally.mismatches += 1
+                tally.notes.append(f"{backend} {program.name} uninterrupted run: traceback")
             for number in range(trials):
                 got = trial(base / f"trial{number}", program, backend, rng,
                             expected.seconds * reach, max_kills)
