@@ -146,7 +146,7 @@ class Result:
     status: str
     error: str | None
     outputs: dict
-    bindings: dict[tuple[str, int | None], str]
+    bindings: dict[tuple[str, str | None], str]
     reran: int
     seconds: float
     kills: int = 0
@@ -245,11 +245,16 @@ class Project:
                 if "Traceback (most recent call last)" in
                 (self.root / f"err{hop}.txt").read_text(errors="replace")]
 
-    def bindings(self, run_id: str) -> dict[tuple[str, int | None], str]:
+    def bindings(self, run_id: str) -> dict[tuple[str, str | None], str]:
+        """Named bindings by name and the call they belong to: a block call's place in the
+        run (its frame key), not its execution id, which calls racing in a ``parallel``
+        (or a resume entering calls the killed drive never reached) number differently."""
         with open_store(self.root, self.backend, postgres_url=PG_URL, schema=PG_SCHEMA) as store:
             run = store.open_run(run_id)
-            return {(b.name, b.execution_id): b.value for b in run.bindings()
-                    if not b.name.startswith("anon_")}
+            calls = {f.execution_id: f.key or f"#{f.execution_id}" for f in run.frames()}
+            return {(b.name, None if b.execution_id is None else
+                     calls.get(b.execution_id, f"#{b.execution_id}")): b.value
+                    for b in run.bindings() if not b.name.startswith("anon_")}
 
 
 PG_URL = os.environ.get("OPENPROSE_POSTGRES_URL") or os.environ.get("OPENPROSE_TEST_POSTGRES_URL")

@@ -248,3 +248,27 @@ def test_a_killed_drivers_session_in_an_imported_program_does_not_block_resume(t
     result = killing.finish(proc)
     assert result["status"] == "completed", result["error"]
     assert result["outputs"] == {"o": "slow result"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_input_given_up_front_survives_a_kill_before_its_statement(tmp_path, backend):
+    # `prose run --input later=...` gives a value for an input the program reaches only after
+    # a session; killed during that session, the resumed run still has it (before: it paused
+    # "waiting for input 'later'")
+    program = ('let x = session "Slow step"\ninput later: "Anything to add?"\n'
+               'output o = "{x} + {later}"\n')
+    root = killing.project(tmp_path, program, SLOW)
+    (root / "q.yaml").write_text(QUICK)
+    proc = killing.start(root, [*killing.run_args(backend), "--input", "later=given early"],
+                         root / "err0.txt")
+    try:
+        killing.wait_for_call(root / "calls.jsonl", "0")
+    finally:
+        killing.kill(proc)
+    run_id = killing.run_id_of(root / "err0.txt")
+    proc = killing.start(root, killing.resume_args(run_id, backend, "q.yaml"),
+                         root / "err1.txt")
+    result = killing.finish(proc)
+    assert result["status"] == "completed", result["error"]
+    assert result["outputs"] == {"o": "slow result + given early"}
+    assert _value(root, backend, run_id, "later") == "given early"

@@ -96,6 +96,9 @@ class Outcome:
 
 #: Journal key of the record of how a run was driven (``ns:`` keys are not program steps).
 SETTINGS_KEY = "run:settings"
+#: Journal key of the input values a run was given (its value: name -> value), so a resume
+#: has them though the run was stopped before reaching their ``input`` statements.
+INPUTS_KEY = "run:inputs"
 
 
 def load_imports(program: n.Program, file: str, project_root: Path) -> dict[str, Imported]:
@@ -138,7 +141,9 @@ def resume_job(run_id: str, project_root: Path, backend: str | None,
         if not result.ok or result.program is None:
             raise ResumeMismatch(f"the program of run {run_id} no longer compiles")
         imports = load_imports(result.program, file, project_root)
-        inputs = recorded_inputs(run, result.program)
+        declared = {decl.name for decl in result.program.inputs}
+        inputs = {name: value for name, value in given_inputs(run).items() if name in declared}
+        inputs.update(recorded_inputs(run, result.program))
         recorded = run_settings(run)
     except BaseException as err:
         if driver is not None:
@@ -159,6 +164,15 @@ def run_settings(run: state.Run) -> dict[str, Any]:
     if entry is None:
         return {}
     return {key: value for key, value in entry.meta.items() if key != "at"}
+
+
+_UNSET = object()
+
+
+def given_inputs(run: state.Run) -> dict[str, Value]:
+    """The input values ``run`` was given when started or resumed (recorded as given)."""
+    entry = run.journal(INPUTS_KEY)
+    return dict(entry.value) if entry is not None and isinstance(entry.value, dict) else {}
 
 
 def read_source(path: Path) -> str:
@@ -241,6 +255,9 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
         if how != job.recorded:
             run.record_result(SETTINGS_KEY, status="settings", meta=how)
             job.recorded = how
+    given = given_inputs(run)
+    if any(given.get(name, _UNSET) != value for name, value in job.inputs.items()):
+        run.record_result(INPUTS_KEY, status="inputs", value={**given, **job.inputs})
     if on_start is not None:
         on_start(run.id)
     # A resumed run's state.md changes from its first new session or verdict on: replaying
