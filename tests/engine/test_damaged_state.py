@@ -158,6 +158,8 @@ def test_damaged_state_is_repaired_or_named(tmp_path: Path, case: str) -> None:
         assert again.exit_code == 0, again.output
     else:
         assert resumed.exit_code == 2, resumed.output
-        message = resumed.output.strip().splitlines()
+        message = resumed.stderr.strip().splitlines()  # one line for the user
         assert len(message) == 1 and expected in message[0], resumed.output
+        refusal = json.loads(resumed.stdout)  # and a JSON result for scripts (--json)
+        assert refusal["status"] == "refused" and expected in refusal["error"]
         assert shown.exit_code != 0 and expected in shown.output, shown.output
