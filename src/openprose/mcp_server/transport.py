@@ -39,6 +39,8 @@ TOKEN_SETTING = "OPENPROSE_MCP_TOKEN"
 LOOPBACK = "127.0.0.1"
 MCP_PATH = "/mcp"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Messages read from stdin ahead of the server taking them.
+STDIN_BUFFER = 16
 #: Messages queued for stdout before the event loop waits for the client to read.
 STDOUT_QUEUE = 256
 #: Seconds a stopping server gives its queued messages to reach the client.
@@ -136,10 +138,14 @@ async def _first_signal(received: list[int], stop: Callable[[], Awaitable[None]]
 
 def _read_lines(stream: IO[str], send: MemoryObjectSendStream[str],
                 token: EventLoopToken) -> None:
-    """Hand ``stream``'s lines to the event loop until EOF or until the loop is gone."""
+    """Hand ``stream``'s lines to the event loop until EOF or until the loop is gone: into
+    the stream's buffer when it has room (a callback, no task), else waiting for room."""
     try:
         for line in stream:
-            anyio.from_thread.run(send.send, line, token=token)
+            try:
+                anyio.from_thread.run_sync(send.send_nowait, line, token=token)
+            except anyio.WouldBlock:
+                anyio.from_thread.run(send.send, line, token=token)
         anyio.from_thread.run_sync(send.close, token=token)
     except (RuntimeError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         return
@@ -216,7 +222,7 @@ async def serve_stdio(mcp: MCPServer) -> int | None:
     from mcp.server.stdio import stdio_server
 
     received: list[int] = []
-    send, lines = anyio.create_memory_object_stream[str]()
+    send, lines = anyio.create_memory_object_stream[str](STDIN_BUFFER)
     stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
     threading.Thread(target=_read_lines, args=(stdin, send, anyio.lowlevel.current_token()),
                      name="prose-serve-stdin", daemon=True).start()
