@@ -106,3 +106,19 @@ def test_mid_program_input_pauses_then_resume_supplies_it(tmp_path):
     data = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.exit_code == 0 and data["outputs"] == {"b": "went yes"}
     assert data["reused"] == 1
+
+
+def test_a_resume_without_a_usable_provider_names_resume(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    prog = tmp_path / "m.prose"
+    prog.write_text('let a = session "first"\ninput go: "Proceed?"\n'
+                    'output b = session "then {go}"\n')
+    script = tmp_path / "s.yaml"
+    script.write_text("default_output: ok\n")
+    paused = _invoke(["run", str(prog), "--provider", "scripted", "--script", str(script)],
+                     tmp_path)
+    run_id = paused.output.split("run ", 1)[1].split()[0]
+    refused = _invoke(["resume", run_id, "--provider", "anthropic", "--input", "go=yes"],
+                      tmp_path)
+    assert refused.exit_code == 2 and "prose resume: " in refused.output
+    assert "prose run: " not in refused.output

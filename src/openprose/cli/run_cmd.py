@@ -106,7 +106,7 @@ def _read_program(spec: str, root: Path, command: str) -> tuple[str, str]:
         _refuse(command, str(err))
 
 
-def _provider(name: str, script: str | None, project: str) -> Any:
+def _provider(name: str, script: str | None, project: str, command: str = "run") -> Any:
     """The provider; the Anthropic one reads its settings from the environment and
     ``.prose/.env`` (the file wins, as it does for the state backend's settings)."""
     from openprose.engine.errors import ProviderUnavailable
@@ -116,15 +116,15 @@ def _provider(name: str, script: str | None, project: str) -> Any:
             from openprose.engine.scripted import ScriptedProvider
 
             if script is None:
-                _refuse("run", "--provider scripted needs --script FILE (YAML or JSON; see "
-                               "examples/hello.script.yaml)")
+                _refuse(command, "--provider scripted needs --script FILE (YAML or JSON; see "
+                                 "examples/hello.script.yaml)")
             return ScriptedProvider.from_file(script)
         from openprose.engine.anthropic_provider import AnthropicProvider
         from openprose.state import settings
 
         return AnthropicProvider(env=settings(Path(project)))
     except ProviderUnavailable as err:
-        _refuse("run", str(err))
+        _refuse(command, str(err))
 
 
 def _common(fn: Any) -> Any:
@@ -231,7 +231,7 @@ def resume_command(run_id: str, inputs: tuple[str, ...], program_file: str | Non
         script = was.get("script")
     _how(job, provider, script, max_concurrency or was.get("max_concurrency") or CONCURRENCY)
     try:
-        chosen = _provider(provider, script, project)
+        chosen = _provider(provider, script, project, "resume")
     except BaseException:
         if job.driver is not None:
             job.driver.release()
