@@ -33,11 +33,6 @@ output summary = session "Summarize"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def root(tmp_path: Path) -> Path:
     (tmp_path / "p.prose").write_text(PROGRAM)
     (tmp_path / "script.yaml").write_text(

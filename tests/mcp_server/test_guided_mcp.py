@@ -29,11 +29,6 @@ from openprose.mcp_server.server import create_server
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _error_tail(error: str | None) -> str | None:
     return error and error.split(": ", 1)[-1]
 

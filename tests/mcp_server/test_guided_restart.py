@@ -34,11 +34,6 @@ output o = session "Last step"
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Stdio:
     """``prose serve`` over a real pipe, its pid known so the test can kill it."""
 

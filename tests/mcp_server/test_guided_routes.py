@@ -19,11 +19,6 @@ output draft = session "Draft from the notes"
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def pending(h: Host, vm: str) -> list[dict[str, Any]]:
     for _ in range(100):
         step = await h.call("next_step", vm_token=vm, wait_s=1)

@@ -63,6 +63,16 @@ def files(root: Path, run_id: str) -> list[str]:
         p.relative_to(base)))) for p in base.rglob("*") if p.is_file())
 
 
+def assert_same_run(host_root: Path, run_id: str, engine_root: Path, engine_run_id: str) -> None:
+    """The host's run equals the engine's: bindings, journal and status, and the same files."""
+    with open_store(engine_root) as store:
+        expected = snapshot(store.open_run(engine_run_id))
+    with open_store(host_root) as store:
+        actual = snapshot(store.open_run(run_id))
+    assert actual == expected
+    assert files(host_root, run_id) == files(engine_root, engine_run_id)
+
+
 @pytest.mark.parametrize("era", ERAS)
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_a_host_walk_leaves_the_run_the_engine_leaves(name: str, era: dict,
@@ -81,10 +91,5 @@ def test_a_host_walk_leaves_the_run_the_engine_leaves(name: str, era: dict,
     run_id, status, calls = walk(server, era, source, name, inputs, script)
 
     assert status == outcome.status
-    with open_store(engine_root) as store:
-        expected = snapshot(store.open_run(outcome.run_id))
-    with open_store(host_root) as store:
-        actual = snapshot(store.open_run(run_id))
-    assert actual == expected
-    assert files(host_root, run_id) == files(engine_root, outcome.run_id)
+    assert_same_run(host_root, run_id, engine_root, outcome.run_id)
     assert "spawn_session" in calls and "write_binding" in calls

@@ -21,11 +21,6 @@ output result = session "Look into {topic}"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def root(tmp_path: Path) -> Path:
     project = tmp_path / "project"
     project.mkdir()

@@ -23,11 +23,6 @@ TOOLS = ("start_run", "spawn_session", "write_binding", "read_binding", "update_
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("OPENPROSE_POSTGRES_URL", "DATABASE_URL"):
         monkeypatch.delenv(name, raising=False)

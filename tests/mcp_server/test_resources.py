@@ -25,11 +25,6 @@ ERAS = [pytest.param({"mode": "legacy"}, id="handshake"), pytest.param({}, id="2
 PG_ENV = "OPENPROSE_TEST_POSTGRES_URL"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(params=["filesystem", "sqlite",
                         pytest.param("postgres", marks=pytest.mark.postgres)])
 def project(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, str]]:

@@ -48,11 +48,6 @@ block other():
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def root(tmp_path: Path) -> Path:
     project = tmp_path / "project"
     project.mkdir()

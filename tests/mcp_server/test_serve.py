@@ -31,11 +31,6 @@ PROGRAM = 'input topic: "what to research"\nlet notes = session "Research {topic
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     (root / ".prose").mkdir(parents=True)

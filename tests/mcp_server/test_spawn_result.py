@@ -30,11 +30,6 @@ let notes = session: keeper
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def spawned(root: Path, material: str, binding: str, prompt: str, context: list[str]
                   ) -> tuple[dict, str, int]:
     """Structured content, text and wire bytes of the spawn_session of ``binding``'s

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 from mcp import StdioServerParameters
 from tests.mcp_server.host import corpus
-from tests.mcp_server.test_host_walk import FAILING, SCRIPT, files, snapshot
+from tests.mcp_server.test_host_walk import FAILING, SCRIPT, assert_same_run
 from tests.mcp_server.tool_host import engine_run, walk
 
 from openprose.language import compile_or_raise
-from openprose.state import open_store
 
 PROSE = str(Path(sys.executable).with_name("prose"))
 WALKS = [
@@ -41,11 +40,6 @@ def test_a_host_walks_a_program_through_the_installed_server(name: str, era: dic
     run_id, status, calls = walk(served, era, source, name, inputs, script)
 
     assert status == outcome.status
-    with open_store(engine_root) as store:
-        expected = snapshot(store.open_run(outcome.run_id))
-    with open_store(host_root) as store:
-        actual = snapshot(store.open_run(run_id))
-    assert actual == expected
-    assert files(host_root, run_id) == files(engine_root, outcome.run_id)
+    assert_same_run(host_root, run_id, engine_root, outcome.run_id)
     assert {"spawn_session", "write_binding", "read_binding", "update_state",
             "complete_run"} <= set(calls)

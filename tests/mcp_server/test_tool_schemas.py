@@ -27,11 +27,6 @@ output final = session "Finish"
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_tools_list_stays_within_budget(tmp_path: Path) -> None:
     async with Client(create_server(tmp_path, watch=False)) as client:
         listed = await client.list_tools()

@@ -17,11 +17,6 @@ STATE = f"prose://runs/{RUN}/state"
 BINDING = f"prose://runs/{RUN}/bindings/draft@2"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _server() -> tuple[MCPServer, RunUpdates]:
     updates = RunUpdates()
     server = MCPServer("updates-test", subscriptions=updates.bus)
