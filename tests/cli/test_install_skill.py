@@ -9,6 +9,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,26 @@ def test_claude_code_lines_install_the_plugin_and_the_server(home: Path, tmp_pat
     assert "openprose@openprose" in run_claude(["plugin", "list"], claude_home, tmp_path).stdout
     server = run_claude(["mcp", "get", "openprose"], claude_home, tmp_path).stdout
     assert str(PROSE) in server and "serve" in server
+
+
+def printed_snippet(output: str, client: str) -> str:
+    """The snippet ``--print`` shows under ``<client>:`` (the paragraph after its header)."""
+    paragraphs = output.split("\n\n")
+    header = next(i for i, p in enumerate(paragraphs) if p.startswith(f"{client}: "))
+    return paragraphs[header + 1]
+
+
+def test_print_shows_codex_cursor_vscode_and_gemini_entries_in_their_formats(home: Path) -> None:
+    project = home / "work"
+    project.mkdir()
+    result = install(home, "--project", str(project))
+    assert result.returncode == 0, result.stderr
+    entry = expected_entry(project)
+    codex = tomllib.loads(printed_snippet(result.stdout, "Codex CLI"))
+    assert codex["mcp_servers"]["openprose"] == {**entry, "default_tools_approval_mode": "approve"}
+    for client in ("Cursor", "Gemini CLI"):
+        assert json.loads(printed_snippet(result.stdout, client)) == {
+            "mcpServers": {"openprose": entry}}
+    assert json.loads(printed_snippet(result.stdout, "VS Code")) == {
+        "servers": {"openprose": {"type": "stdio", **entry}}}
+    assert "~/.codex/config.toml" in result.stdout and "settings.json" in result.stdout

@@ -148,6 +148,39 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+@dataclass(frozen=True)
+class ClientEntry:
+    """What one more MCP client needs: where the snippet goes and the snippet itself."""
+
+    client: str
+    place: str
+    snippet: str
+
+
+def client_entries(entry: dict) -> list[ClientEntry]:
+    """The stdio server ``entry`` in the configuration format of Codex CLI (TOML), Cursor and
+    VS Code (``mcp.json``) and Gemini CLI (``settings.json``)."""
+    command, args = entry["command"], entry["args"]
+    # JSON strings are valid TOML basic strings (json.dumps escapes to ASCII).
+    toml = "\n".join([
+        f"[mcp_servers.{SERVER_NAME}]",
+        f"command = {json.dumps(command)}",
+        f"args = [{', '.join(json.dumps(arg) for arg in args)}]",
+        "# a guided run makes many calls: approve this server's tools once, here",
+        'default_tools_approval_mode = "approve"'])
+    mcp_servers = json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2)
+    vscode = json.dumps({"servers": {SERVER_NAME: {"type": "stdio", **entry}}}, indent=2)
+    return [
+        ClientEntry("Codex CLI", "~/.codex/config.toml", toml),
+        ClientEntry("Cursor", "~/.cursor/mcp.json (or .cursor/mcp.json in the project)",
+                    mcp_servers),
+        ClientEntry("VS Code", ".vscode/mcp.json in the project (or the user mcp.json: "
+                    "MCP: Open User Configuration)", vscode),
+        ClientEntry("Gemini CLI", "~/.gemini/settings.json (or .gemini/settings.json in the "
+                    "project)", mcp_servers),
+    ]
+
+
 def claude_code_lines(executable: Path, marketplace: Path | None) -> list[str]:
     """Shell lines that install the plugin (when its folder is available) and, as the
     alternative without the skill, register only the MCP server."""

@@ -12,6 +12,7 @@ from openprose.cli.host_setup import (
     SERVER_NAME,
     HostSetupError,
     claude_code_lines,
+    client_entries,
     desktop_config_path,
     install_desktop,
     marketplace_root,
@@ -75,4 +76,6 @@ def _print_all(executable: Path, entry: dict, config: Path) -> None:
     click.echo(f"Claude Desktop: merge this into {config}\n"
                f"(or run: prose install-skill --claude-desktop)\n\n{snippet}\n")
     click.echo("Claude Code:\n\n" + "\n".join(claude_code_lines(executable, marketplace_root())))
+    for other in client_entries(entry):
+        click.echo(f"\n{other.client}: merge this into {other.place}\n\n{other.snippet}")
     click.echo(f"\nAny other MCP client (stdio): {executable} serve --project {entry['args'][2]}")
