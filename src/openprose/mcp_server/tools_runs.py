@@ -268,8 +268,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                          for f in run.frames() if f.status != "completed"]
         refuse_all(problems)
         abandon(driven)
-        driven.render()
         run.finish(status, error or None)
+        driven.render()  # after finishing: state.md shows the run's final status
         ctx.registry.release(driven)
         await ctx.changed(run.id)
         result = CompleteResult(run_id=run.id, status=status, outputs=outputs)

@@ -17,6 +17,11 @@ from functools import lru_cache
 from openprose.language import compile as compile_program
 from openprose.language import nodes as n
 
+#: A step another driver records under its namespace: ``<ns>:<statement id>@<frame>#<n>`` for
+#: the n-th session of a statement in one frame, ``...?<round>`` for a verdict (the MCP
+#: server's embodied runs). A statement id is a path without iterations; a block's body is
+#: named by the block (``review.0``). Other namespaced keys (``mcp:driver``) are not steps.
+_DRIVER_STEP = re.compile(r"[a-z]+:([^:@]+)@\d+[#?]\d+")
 _TOKEN = re.compile(r"\[(\d+)\]|\|(\d+)|>([^.\[|>?]+)|\?(\d+)|\.?([a-z]+\d*|\d+)")
 _LABEL = re.compile(r"([a-z]+)(\d*)")
 
@@ -144,9 +149,18 @@ def _step(node: n.Node | None, body: tuple[n.Node, ...] | None, step: str
     return node, None  # an expression inside the statement: the statement stands for it
 
 
+def driver_path(key: str) -> str | None:
+    """The path to place a driver's step key at (None: the key is not a driver's step)."""
+    match = _DRIVER_STEP.fullmatch(key)
+    if match is None:
+        return None
+    statement = match.group(1)
+    return statement if statement[0].isdigit() else ">" + statement
+
+
 @lru_cache(maxsize=16)
 def program_map(source: str) -> ProgramMap:
     return ProgramMap(source)
 
 
-__all__ = ["Enclosing", "Placed", "ProgramMap", "program_map"]
+__all__ = ["Enclosing", "Placed", "ProgramMap", "driver_path", "program_map"]

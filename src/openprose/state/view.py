@@ -23,7 +23,7 @@ from openprose.state.models import (
     Usage,
     final_result,
 )
-from openprose.state.program_map import Enclosing, program_map
+from openprose.state.program_map import Enclosing, driver_path, program_map
 
 if TYPE_CHECKING:
     from openprose.state.store import Run, StateStore
@@ -150,13 +150,19 @@ def build_steps(entries: list[JournalEntry], source: str, running: bool) -> list
     places = program_map(source)
     steps: dict[tuple[str, str], Step] = {}
     for entry in entries:
-        if entry.kind not in ("intent", "result", "verdict") or ":" in entry.key:
-            continue  # ``ns:...`` keys are other drivers' records (the MCP server's), not paths
+        if entry.kind not in ("intent", "result", "verdict"):
+            continue
+        path = entry.key
+        if ":" in path:  # another driver's record (the MCP server's): placed by its statement
+            placeable = driver_path(path)
+            if placeable is None:
+                continue
+            path = placeable
         slot = ("verdict" if entry.kind == "verdict" else "step", entry.key)
         at = entry.meta.get("at") if entry.meta else None
         step = steps.get(slot)
         if step is None:
-            placed = places.place(entry.key)
+            placed = places.place(path)
             step = steps[slot] = Step(entry.key, "verdict" if entry.kind == "verdict"
                                       else "session", placed.line, placed.end_line,
                                       "executing", placed.enclosing, started_at=at)
