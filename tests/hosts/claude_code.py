@@ -30,15 +30,16 @@ def claude_executable() -> str:
     pytest.skip("Claude Code ('claude') is not installed; .ci/run installs it")
 
 
-def claude_env(home: Path, api_url: str | None = None) -> dict[str, str]:
+def claude_env(home: Path, api_url: str | None = None,
+               path: str | None = None) -> dict[str, str]:
     """Environment for a hermetic Claude Code: its own HOME, no telemetry, MCP tools listed
     directly (no ToolSearch) and servers connected before the first request; ``prose`` of this
-    virtualenv first on PATH."""
+    virtualenv first on PATH unless ``path`` replaces it."""
     home.mkdir(parents=True, exist_ok=True)
     keep = {k: v for k, v in os.environ.items()
             if k in ("PATH", "LANG", "LC_ALL", "TMPDIR", "OPENPROSE_TEST_POSTGRES_URL")}
     env = {**keep, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
-           "PATH": f"{PROSE.parent}{os.pathsep}{keep.get('PATH', '')}",
+           "PATH": path if path is not None else f"{PROSE.parent}{os.pathsep}{keep.get('PATH', '')}",
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
            "DISABLE_AUTOUPDATER": "1", "ENABLE_TOOL_SEARCH": "false",
            "MCP_CONNECTION_NONBLOCKING": "false",
@@ -50,6 +51,17 @@ def claude_env(home: Path, api_url: str | None = None) -> dict[str, str]:
 
 
 def run_claude(args: list[str], home: Path, cwd: Path, api_url: str | None = None,
-               timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([claude_executable(), *args], env=claude_env(home, api_url), cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+               timeout: float = 180, path: str | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([claude_executable(), *args], env=claude_env(home, api_url, path),
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def path_without_prose(bin_dir: Path) -> str:
+    """A PATH with a ``python3`` (this interpreter, outside any virtualenv) and the system's
+    directories, on which no ``prose`` command is found."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "python3").symlink_to(Path(sys.executable).resolve())
+    path = os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"])
+    assert shutil.which("prose", path=path) is None, "a prose command is installed system-wide"
+    return path

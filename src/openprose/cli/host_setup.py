@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -19,6 +20,8 @@ SERVER_NAME = "openprose"
 MARKETPLACE_NAME = "openprose"
 PLUGIN_ID = f"{SERVER_NAME}@{MARKETPLACE_NAME}"
 MARKETPLACE_FILE = Path(".claude-plugin") / "marketplace.json"
+# The plugin's server entry (``.mcp.json`` runs it): finds prose, or explains how to install it.
+LAUNCHER = Path("skill") / "bin" / "prose_mcp.py"
 
 
 class HostSetupError(Exception):
@@ -52,6 +55,21 @@ def marketplace_root() -> Path | None:
     if (bundled / MARKETPLACE_FILE).is_file():
         return bundled
     return None
+
+
+def record_for_plugin(executable: Path, marketplace: Path | None) -> Path | None:
+    """Record ``executable`` where the plugin's server launcher (``skill/bin/prose_mcp.py``,
+    which owns that location) looks for ``prose``; the record file, or None without the
+    plugin folder."""
+    if marketplace is None:
+        return None
+    launcher = marketplace / LAUNCHER
+    spec = importlib.util.spec_from_file_location("openprose_plugin_launcher", launcher)
+    if spec is None or spec.loader is None:
+        raise HostSetupError(f"{launcher}: cannot load the plugin's server launcher")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.record(executable)
 
 
 def desktop_config_path() -> Path:

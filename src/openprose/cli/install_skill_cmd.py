@@ -17,6 +17,7 @@ from openprose.cli.host_setup import (
     install_desktop,
     marketplace_root,
     prose_executable,
+    record_for_plugin,
     server_entry,
 )
 
@@ -26,7 +27,8 @@ from openprose.cli.host_setup import (
               help="Add the openprose server to Claude Desktop's claude_desktop_config.json "
                    "(other entries kept, a backup written first).")
 @click.option("--claude-code", "target", flag_value="code",
-              help="Print the 'claude plugin' and 'claude mcp add' lines for Claude Code.")
+              help="Print the 'claude plugin' and 'claude mcp add' lines for Claude Code, and "
+                   "record this prose for the plugin's server to start.")
 @click.option("--print", "target", flag_value="print", default=True,
               help="Print what every host needs and change nothing (the default).")
 @click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=".",
@@ -50,7 +52,11 @@ def install_skill_command(target: str, project: Path, config: Path | None) -> No
         if target == "desktop":
             _desktop(config or desktop_config_path(), entry)
         elif target == "code":
-            click.echo("\n".join(claude_code_lines(executable, marketplace_root())))
+            marketplace = marketplace_root()
+            click.echo("\n".join(claude_code_lines(executable, marketplace)))
+            recorded = record_for_plugin(executable, marketplace)
+            if recorded is not None:
+                click.echo(f"# the plugin's server starts {executable} (recorded in {recorded})")
         else:
             _print_all(executable, entry, config or desktop_config_path())
     except (HostSetupError, OSError) as exc:
