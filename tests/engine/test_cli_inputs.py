@@ -64,7 +64,7 @@ def _runs(tmp_path):
 def test_all_missing_inputs_are_named_at_once_and_no_run_is_left(project):
     result = _run(project)
     _one_line_refusal(result, "'a' (the first thing)", "'b' (the second thing)",
-                      "--input a=VALUE", "--input b=VALUE")
+                      "--input a=<value>", "--input b=<value>")
     assert "hint" not in result.output  # optional: may be left out
     assert _runs(project) == []
 
@@ -102,7 +102,7 @@ def test_a_mid_program_input_pauses_the_run_then_resume_supplies_it(project):
     run_id = _runs(project)[0]
     assert "Given 7 apples, what should happen next?" in paused.output
     hint = paused.output.partition("continue with: ")[2].splitlines()[0]
-    assert hint.startswith(f"prose resume {run_id} ") and hint.endswith(" --input next=…")
+    assert hint.startswith(f"prose resume {run_id} ") and hint.endswith(" --input next=<value>")
     with open_store(project) as store:
         assert store.open_run(run_id).status == "interrupted"
     done = _invoke(project, "resume", run_id, "--input", "next=sell", "--provider",

@@ -9,6 +9,8 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from tests.engine.cli_procs import (
@@ -95,7 +97,8 @@ def test_the_failure_hint_resumes_as_printed_from_elsewhere(project, backend, en
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
-def test_the_input_hint_resumes_as_printed(project, backend, env):
+def test_the_input_hint_fails_loudly_pasted_unedited_and_resumes_filled_in(project, backend,
+                                                                          env, tmp_path):
     (project / "p.prose").write_text(
         'let a = session "step A"\ninput go: "Proceed?"\noutput o = session "final {go}"\n')
     (project / "s.yaml").write_text("sessions:\n  - match: 'final (.+)'\n    output: 'went \\1'\n"
@@ -103,8 +106,36 @@ def test_the_input_hint_resumes_as_printed(project, backend, env):
     paused = subprocess.run([*CLI, "run", "p.prose", "--state", backend, *SCRIPTED],
                             cwd=project, capture_output=True, text=True, timeout=120, env=env)
     assert paused.returncode == 3, paused.stderr
+    line = [line for line in paused.stderr.splitlines() if "continue with: " in line][-1]
+    hint = line.partition("continue with: ")[2]
+    # Pasted as printed into a shell, the placeholder is an error, never a value; even with
+    # a file of its name beside it.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "prose").symlink_to(Path(sys.executable).with_name("prose"))
+    (project / "value").write_text("from a file")
+    pasted = subprocess.run(["bash", "-c", hint], cwd=project, capture_output=True, text=True,
+                            timeout=120, env={**env, "PATH": f"{bin_dir}:{env['PATH']}"})
+    assert pasted.returncode != 0 and "syntax error" in pasted.stderr, pasted
     args = _hint(paused.stderr, "continue with: ")
-    assert args[-2:] == ["--input", "go=…"]
+    with open_store(project, backend) as store:
+        run = store.open_run(args[1])
+        assert run.status == "interrupted" and "go" not in {b.name for b in run.bindings()}
+    assert args[-2:] == ["--input", "go=<value>"]
     done = _as_printed([*args[:-1], "go=yes"], project, env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["outputs"] == {"o": "went yes"}
+
+
+@pytest.mark.parametrize("backend", ["filesystem"])
+@pytest.mark.parametrize("value", ["…", "...", " … "])
+def test_a_placeholder_as_an_input_value_is_refused(project, backend, env, value):
+    (project / "p.prose").write_text('input go: "Proceed?"\noutput o = session "final {go}"\n')
+    refused = subprocess.run([*CLI, "run", "p.prose", *SCRIPTED, "--input", f"go={value}"],
+                             cwd=project, capture_output=True, text=True, timeout=120, env=env)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"prose run: --input go={value}: {value!r} is a placeholder, not a value; put the "
+        "value of 'go' in its place"]
+    assert not (project / ".prose" / "runs").exists() or \
+        not any((project / ".prose" / "runs").iterdir())

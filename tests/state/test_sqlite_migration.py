@@ -4,6 +4,7 @@ timestamps, a statement recorded once per iteration) and this package's unstampe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -140,21 +141,57 @@ def test_a_database_from_a_newer_openprose_is_refused_clearly(tmp_path: Path) ->
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("copies", [2])
+@pytest.mark.parametrize("copies", [2, 8])
 def test_two_processes_opening_an_old_run_migrate_it_once(tmp_path: Path, copies: int) -> None:
+    """Processes opening one store at once all succeed: the first converts the old database
+    to WAL and migrates it, the others wait for it (journal_mode=WAL answers "database is
+    locked" at once, without the busy timeout, while another connection holds a lock)."""
     import subprocess
     import sys
 
     db = old_run(tmp_path)
-    code = ("import sys; from openprose.state import open_store; "
+    # Each process imports first, then waits on its stdin: all open the store together.
+    code = ("import sys; from openprose.state import open_store; sys.stdin.read(1); "
             "s = open_store(sys.argv[1], 'sqlite'); "
             f"print(s.open_run('{RUN_ID}').record.status); s.close()")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
              for _ in range(copies)]
+    for proc in procs:
+        proc.stdin.write("go")
+        proc.stdin.flush()
     outputs = [proc.communicate(timeout=120) for proc in procs]
     assert [out for out, _ in outputs] == ["completed\n"] * copies, outputs
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT count(*) FROM bindings").fetchone()[0] == 2
     assert conn.execute("SELECT count(*) FROM execution_legacy").fetchone()[0] == 3
     conn.close()
+
+
+def test_opening_waits_while_another_process_converts_the_database(tmp_path: Path) -> None:
+    """While another connection holds the write lock of a database not yet in WAL mode
+    (as a process converting or migrating it does), ``PRAGMA journal_mode = WAL`` fails at
+    once with "database is locked", whatever the busy timeout: the open must wait instead."""
+    import subprocess
+    import sys
+
+    db = old_run(tmp_path)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    code = ("import sys; from openprose.state import open_store; print('ready', flush=True); "
+            "s = open_store(sys.argv[1], 'sqlite'); "
+            f"print(s.open_run('{RUN_ID}').record.status); s.close()")
+    opener = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert opener.stdout.readline() == "ready\n"
+        # Opening takes milliseconds from here: within a second one that gives up at once
+        # has failed. (One that waits passes whatever the machine's speed.)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            opener.wait(timeout=1)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        out, err = opener.communicate(timeout=120)
+    assert out == "completed\n", err

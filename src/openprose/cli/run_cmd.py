@@ -60,6 +60,8 @@ def _refuse(command: str, message: str, status: str = "refused", **details: Any)
 
 
 def _parse_inputs(pairs: tuple[str, ...], command: str = "run") -> dict[str, str]:
+    from openprose.engine.inputs import placeholder_refusal
+
     inputs: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
@@ -67,6 +69,8 @@ def _parse_inputs(pairs: tuple[str, ...], command: str = "run") -> dict[str, str
             _refuse(command, f"--input takes NAME=VALUE or NAME=@FILE, got {pair!r}")
         if value.startswith("@"):
             value = _read_input_file(name.strip(), value[1:], command)
+        elif (why := placeholder_refusal(name.strip(), value)) is not None:
+            _refuse(command, why)
         inputs[name.strip()] = value
     return inputs
 
@@ -400,6 +404,8 @@ def _execute(job: Any, provider: Any, as_json: bool, project: str) -> None:
 
 
 def _print_outcome(outcome: Any, project: str) -> None:
+    from openprose.engine.inputs import flag
+
     cost = f", ${outcome.cost_usd:.4f}" if outcome.cost_usd else ""
     click.echo(f"run {outcome.run_id}: {outcome.status} ({outcome.sessions} sessions, "
                f"{outcome.reused} reused, {outcome.tokens} tokens{cost})", err=True)
@@ -409,7 +415,7 @@ def _print_outcome(outcome: Any, project: str) -> None:
         name, prompt = outcome.waiting_for
         shown = f" ({prompt})" if prompt else ""
         click.echo(f"paused at input '{name}'{shown}; continue with: "
-                   f"{resume_hint(outcome.run_id, project)} --input {name}=…", err=True)
+                   f"{resume_hint(outcome.run_id, project)} {flag(name)}", err=True)
     elif outcome.error:
         click.echo(f"error: {outcome.error}", err=True)
         if not outcome.usage_error:

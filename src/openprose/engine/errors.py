@@ -7,6 +7,7 @@ program the run fails with :class:`ProgramFailed`, which names the statement's l
 
 from __future__ import annotations
 
+from openprose.engine.inputs import flag
 from openprose.language.nodes import Span
 
 
@@ -86,7 +87,7 @@ class MissingInput(EngineError):
     def __init__(self, *missing: tuple[str, str]) -> None:
         shown = ", ".join(f"'{name}'" + (f" ({text})" if text else "") for name, text in missing)
         plural = "s" if len(missing) > 1 else ""
-        flags = " ".join(f"--input {name}=VALUE" for name, _ in missing)
+        flags = " ".join(flag(name) for name, _ in missing)
         super().__init__(f"missing input{plural} {shown}: pass {flags} (or NAME=@FILE)")
         self.missing = missing
 

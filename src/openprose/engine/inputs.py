@@ -12,8 +12,27 @@ import re
 
 from openprose.language import nodes as n
 
+# The value a printed hint shows for an input to fill in. Pasted unedited it is a shell
+# syntax error (a redirect with no file at the end of the line), never a value.
+HINT_VALUE = "<value>"
+# Values that are placeholders copied from documentation, not answers: refused.
+PLACEHOLDERS = ("…", "...")
+
 _OPTIONAL = re.compile(r"\boptional\b", re.IGNORECASE)
 _DECLARATIONS = (n.Input, n.Use, n.ImportSkill, n.AgentDef, n.BlockDef)
+
+
+def flag(name: str) -> str:
+    """The ``--input`` flag a hint prints for ``name``: its value left to fill in."""
+    return f"--input {name}={HINT_VALUE}"
+
+
+def placeholder_refusal(name: str, value: str) -> str | None:
+    """Why ``value`` cannot be input ``name``'s value (a placeholder), or ``None``."""
+    if value.strip() not in PLACEHOLDERS:
+        return None
+    return (f"--input {name}={value}: {value!r} is a placeholder, not a value; "
+            f"put the value of '{name}' in its place")
 
 
 def is_optional(description: str) -> bool:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -489,12 +490,32 @@ def sqlite_errors(path: Path) -> Iterator[None]:
         raise
 
 
+BUSY_SECONDS = 60  # how long an open or a write waits for another process's lock
+
+
 def _prepare(conn: sqlite3.Connection) -> None:
     """A SQLite database's settings, and its tables created or migrated (idempotent)."""
     # Pages freed by rewrites (state_md) are returned to the file at close.
     conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-    conn.execute("PRAGMA journal_mode = WAL")
+    _wal(conn)
     ensure_schema(conn, sqlite_tables)
+
+
+def _wal(conn: sqlite3.Connection) -> None:
+    """Put the database in WAL mode. Switching a database that is not yet in WAL mode fails
+    with SQLITE_BUSY at once, without the busy handler, while another connection holds a
+    lock on it (another process opening it at the same moment, converting or migrating it):
+    that is retried until the lock is gone, for up to :data:`BUSY_SECONDS`."""
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if getattr(err, "sqlite_errorname", "") != "SQLITE_BUSY" or \
+                    time.monotonic() > deadline:
+                raise
+        time.sleep(0.005)  # polls the other process's lock (SQLite's own handler sleeps too)
 
 
 def sqlite_tables() -> list[str]:
@@ -533,15 +554,13 @@ class SqliteBackend(SqlBackend):
             if path.is_symlink():
                 raise PathEscapeError(f"{path} is a symbolic link; state is never read or "
                                       "written through a link")
-            conn = sqlite3.connect(path, timeout=60, isolation_level=None,
+            conn = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None,
                                    check_same_thread=False)
             try:
-                with sqlite_errors(path):
-                    conn.execute("PRAGMA busy_timeout = 60000")
-                    with self._ready_lock:
-                        if path not in self._ready:
-                            _prepare(conn)
-                            self._ready.add(path)
+                with sqlite_errors(path), self._ready_lock:
+                    if path not in self._ready:
+                        _prepare(conn)
+                        self._ready.add(path)
             except BaseException:
                 conn.close()
                 raise
@@ -560,7 +579,8 @@ class SqliteBackend(SqlBackend):
 
         def build(directory: Path) -> None:
             atomic_write(directory / "program.prose", record.program_source)
-            conn = sqlite3.connect(directory / "state.db", isolation_level=None)
+            conn = sqlite3.connect(directory / "state.db", timeout=BUSY_SECONDS,
+                                   isolation_level=None)
             try:
                 _prepare(conn)
                 conn.execute("PRAGMA synchronous = FULL")
