@@ -70,3 +70,8 @@ def optional_without_null(schema: dict[str, Any]) -> dict[str, Any]:
         else:
             field["anyOf"] = others
     return schema
+
+
+def closed(schema: dict[str, Any]) -> dict[str, Any]:
+    """An input schema that admits no argument besides its properties (a copy)."""
+    return {**schema, "additionalProperties": False}

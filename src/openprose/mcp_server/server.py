@@ -16,8 +16,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult, InputRequiredResult
+from mcp_types import Tool as ToolInfo
 
 from openprose.mcp_server import (
     prompts,
@@ -29,6 +32,7 @@ from openprose.mcp_server import (
     tools_state,
 )
 from openprose.mcp_server.context import Mode, ServerContext
+from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.resources import RunCatalog
 from openprose.mcp_server.runs import RunRegistry
 from openprose.mcp_server.updates import RunUpdates
@@ -38,6 +42,32 @@ INSTRUCTIONS = (
     "OpenProse runs programs of AI sessions. To run one, get the prose-run prompt (or call "
     "start_run) and act as the program's VM: step each statement with these tools, spawn a "
     "session per session statement and let it write its own binding.")
+
+
+class ProseServer(MCPServer):
+    """An MCP server whose every tool, however and whenever registered, takes only the
+    arguments it declares: a host's typo (``contexts`` for ``context``) or an invented key
+    (``target_binding``) is refused naming it, instead of being dropped while the call goes on
+    as if it were absent; the listed input schemas say so (``additionalProperties: false``)."""
+
+    async def list_tools(self) -> list[ToolInfo]:
+        tools = await super().list_tools()
+        for tool in tools:
+            tool.input_schema = schemas.closed(tool.input_schema)
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[Any, Any] | None = None
+                        ) -> CallToolResult | InputRequiredResult:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            accepted = list(tool.parameters.get("properties", {}))
+            unknown = sorted(set(arguments) - set(accepted))
+            if unknown:
+                raise Refusal("a tool takes only the arguments it declares",
+                              f"{name} has no argument(s) {', '.join(map(repr, unknown))} "
+                              f"(it takes: {', '.join(accepted) or 'none'})")
+        return await super().call_tool(name, arguments, context)
 
 
 def create_server(project_root: str | Path, *, home: str | Path | None = None,
@@ -72,7 +102,7 @@ def create_server(project_root: str | Path, *, home: str | Path | None = None,
                 await engine.aclose()
                 ctx.registry.close()  # host-driven runs' driver locks are released
 
-    mcp = MCPServer(name, instructions=INSTRUCTIONS, lifespan=lifespan,
+    mcp = ProseServer(name, instructions=INSTRUCTIONS, lifespan=lifespan,
                     subscriptions=updates.bus)
     mcp.openprose = ctx  # type: ignore[attr-defined]  # for tests and the guided mode
     updates.attach(mcp)

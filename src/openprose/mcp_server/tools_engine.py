@@ -394,10 +394,9 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def next_step(vm_token: str, wait_s: float = DEFAULT_WAIT
                         ) -> Annotated[CallToolResult, NextStep]:
-        """Guided runs: everything the program needs now — sessions (token, binding, brief:
-        hand each to a subagent, or do it and call write_binding) and judgments (token,
-        condition, options, context: answer with submit_verdict) — or the run's final status
-        and output references. Waits up to wait_s seconds for something new."""
+        """Guided runs: what the program needs now — sessions (token, binding, brief: give
+        each to a subagent, or do it and write_binding) and judgments (answer with
+        submit_verdict) — or the final status and outputs. Waits up to wait_s seconds."""
         driven = ctx.registry.by_vm_token(vm_token)
         if driven.mode != GUIDED:
             raise Refusal("next_step steps guided runs",
@@ -456,8 +455,8 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def fail_session(token: str, error: str, retryable: bool = True
                            ) -> Annotated[CallToolResult, FailAck]:
-        """Guided runs: report that a pending session could not be done. The program's
-        retry/backoff, try/catch and parallel on-fail policies decide what happens next."""
+        """Guided runs: a pending session could not be done; the program's retry, try/catch
+        and on-fail policies decide what follows."""
         _, host = modes.item_owner(token)
         try:
             next_move = await host.fail_session(token, error, retryable)
@@ -476,9 +475,9 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
         script: str | None = None,
     ) -> Annotated[CallToolResult, RunReport]:
         """Run a whole program in the server's engine on a provider it has: anthropic (a key
-        in the server's settings), sampling (your client's model) or scripted (script: a
-        file). wait=false returns the run id at once (then get_run). Missing inputs are asked
-        for when your client supports elicitation, otherwise listed."""
+        in its settings), sampling (your client's model) or scripted (script: a file in the
+        project). wait=false returns at once (then get_run). Missing inputs are asked for
+        (elicitation) or listed."""
         given = dict(inputs or {})
         if isinstance(asked, AcceptedElicitation):
             data = asked.data

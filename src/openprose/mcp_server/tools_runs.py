@@ -192,10 +192,9 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def resume_run(run_id: str, context: Context, take_over: bool = False,
                          inputs: dict[str, str] | None = None
                          ) -> Annotated[CallToolResult, ResumeResult]:
-        """Continue a run the way it was started, after the conversation or the server
-        restarted: returns a fresh VM token (the old one stops working), the run's status and
-        its outline. take_over=true hands a run the engine started over to you. inputs: values
-        for declared inputs the run is still missing."""
+        """Continue a run after the conversation or the server restarted: a fresh VM token
+        (the old one stops working), its status and outline. take_over=true takes a run
+        another client or the engine drives. inputs: values for missing declared inputs."""
         known = ctx.registry.runs.get(run_id)
         held = known is not None and known.holder is not None and known.holder.held
         driven = ctx.registry.claim(run_id, take_over)

@@ -28,7 +28,7 @@ from openprose.mcp_server.runs import (
     session_key,
 )
 from openprose.mcp_server.tools_runs import binding_uri_name
-from openprose.state import AgentRef, BindingRef, SessionHandle, SessionStart
+from openprose.state import AgentRef, BindingRef, SessionStart
 
 READ_LIMIT = 100_000
 SESSION_BINDING_KINDS = frozenset({"let", "const", "output", "input"})
@@ -266,12 +266,10 @@ async def _session_write(ctx: ServerContext, token: str, name: str, value: str, 
         ended = registry.ended_grant(token)
         if ended is None:
             raise
+        _check_own(ended[1], name, execution_id, copy_of)
         return _resend(*ended, token, value)
     driven.live()
-    if copy_of:
-        raise Refusal("a session writes its own output as value",
-                      "give value (copy_of is for the VM token)")
-    _check_own(handle, name, execution_id)
+    _check_own(handle.binding, name, execution_id, copy_of)
     pending = driven.pending_for(token, handle.binding)
     if pending is None:
         raise Refusal("a session writes the binding it was spawned for",
@@ -295,8 +293,12 @@ async def _session_write(ctx: ServerContext, token: str, name: str, value: str, 
     return reply(result, confirmation_text(result))
 
 
-def _check_own(handle: SessionHandle, name: str, execution_id: int | None) -> None:
-    own = handle.binding
+def _check_own(own: BindingRef, name: str, execution_id: int | None, copy_of: str) -> None:
+    """A session token's write names its own binding (or none) and gives a value; checked
+    the same way before and after the session wrote (a resend is that same write)."""
+    if copy_of:
+        raise Refusal("a session writes its own output as value",
+                      "give value (copy_of is for the VM token)")
     if (name and name != own.name) or (
             execution_id is not None and (execution_id or None) != own.execution_id):
         raise Refusal("a session token writes exactly its own binding",
@@ -307,8 +309,9 @@ def _check_own(handle: SessionHandle, name: str, execution_id: int | None) -> No
 
 
 def _resend(driven: DrivenRun, ref: BindingRef, token: str, value: str) -> CallToolResult:
-    """A write with a token that has already written: the same value gets the first
-    confirmation again (nothing is applied twice); another value is refused."""
+    """A write with a token that has already written (its name and scope checked as its own):
+    the same value gets the first confirmation again (nothing is applied twice); another
+    value is refused."""
     written = driven.written.get(digest(token))
     if written is not None:
         same = written.value_hash == digest(value)

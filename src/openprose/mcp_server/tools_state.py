@@ -28,7 +28,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                            execution_id: int | None = None, iteration: int | None = None,
                            note: str = "") -> Annotated[CallToolResult, StateResult]:
         """Report a statement's status ('failed' on a session statement ends its pending
-        session); the server renders state.md from it."""
+        session); state.md is rendered from it."""
         driven = registry.host_run(vm_token)
         driven.live()
         st = driven.statement(statement)
