@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -172,3 +175,52 @@ def test_hosts_configured_by_install_skill_are_recognized(tmp_path: Path, home: 
     assert found["claude desktop"]["status"] == "warn"
     assert "does not exist" in found["claude desktop"]["detail"]
     assert "server in .mcp.json" in found["claude code"]["detail"]
+
+
+@pytest.fixture
+def ascii_database() -> Iterator[str]:
+    """The URL of a SQL_ASCII database in the test cluster (what initdb makes with no
+    locale), dropped after."""
+    url = os.environ.get(PG_ENV)
+    if not url:
+        pytest.skip(f"no PostgreSQL: set {PG_ENV}")
+    import psycopg
+
+    name = f"ascii_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' "
+                     "LC_CTYPE 'C' TEMPLATE template0")
+    try:
+        yield url.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.mark.postgres
+def test_a_database_not_in_utf8_is_refused_in_one_line(
+        tmp_path: Path, ascii_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENPROSE_POSTGRES_URL", ascii_database)
+    project = Project(tmp_path, "postgres")
+    listed = project.prose("runs", "--state", "postgres", "--project", str(tmp_path))
+    assert listed.exit_code != 0
+    (line,) = listed.stderr.strip().splitlines()
+    assert "has encoding SQL_ASCII, openprose needs UTF8" in line, line
+    assert "Traceback" not in listed.output
+    code, found, output = checks(project)
+    assert code == 1 and found["postgresql"]["status"] == "fail"
+    detail = found["postgresql"]["detail"]
+    assert detail.startswith("PostgreSQL 1") and "SQL_ASCII" in detail, detail
+    assert "b'" not in output
+
+
+@pytest.mark.postgres
+def test_doctor_names_the_postgres_version_as_text(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = os.environ.get(PG_ENV)
+    if not url:
+        pytest.skip(f"no PostgreSQL: set {PG_ENV}")
+    monkeypatch.setenv("OPENPROSE_POSTGRES_URL", url)
+    _, found, output = checks(Project(tmp_path, "filesystem"))
+    assert found["postgresql"]["status"] == "ok"
+    assert re.match(r"PostgreSQL \d+\.\d+ ", found["postgresql"]["detail"]), output

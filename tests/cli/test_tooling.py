@@ -61,6 +61,13 @@ def _pg_up(directory: Path, **extra: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+def _pg_up_bare(directory: Path) -> subprocess.CompletedProcess[str]:
+    """pg-up as `env -i` runs it (a container, CI): a PATH without sbin, and no locale."""
+    return subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", f"OPENPROSE_PG_DIR={directory}",
+                           ROOT / "scripts" / "pg-up"], capture_output=True, text=True,
+                          timeout=120)
+
+
 def test_pg_up_never_touches_a_directory_it_did_not_create(pg_dir):
     pg_dir.mkdir()
     (pg_dir / "precious").write_text("keep me")
@@ -72,16 +79,24 @@ def test_pg_up_never_touches_a_directory_it_did_not_create(pg_dir):
 
 
 @pytest.mark.skipif(not HAS_PG, reason="PostgreSQL server binaries not installed")
-def test_pg_up_uses_a_free_port_of_its_own_and_reuses_its_cluster(pg_dir):
+def test_pg_up_makes_a_utf8_cluster_on_a_free_port_of_its_own_and_reuses_it(pg_dir):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     busy = taken.getsockname()[1]
     try:
-        first = _pg_up(pg_dir)
+        first = _pg_up_bare(pg_dir)
         assert first.returncode == 0, first.stderr
         port = int(re.search(r"127\.0\.0\.1:(\d+)/", first.stdout).group(1))
         assert port != busy
+        # UTF-8 although no locale was set (initdb would have made SQL_ASCII)
+        import psycopg
+
+        url = first.stdout.strip().partition("=")[2]
+        with psycopg.connect(url) as conn:
+            assert conn.info.parameter_status("server_encoding") == "UTF8"
+            assert {row[0] for row in conn.execute(
+                "SELECT pg_encoding_to_char(encoding) FROM pg_database")} == {"UTF8"}
         (pg_dir / "data" / "marker-of-this-cluster").write_text("x")
         again = _pg_up(pg_dir)  # a second pg-up reuses, never re-creates
         assert again.returncode == 0 and again.stdout == first.stdout

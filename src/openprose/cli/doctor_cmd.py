@@ -92,9 +92,13 @@ def check_postgres(root: Path) -> Check:
                                          "OPENPROSE_POSTGRES_URL for --state postgres)")
     import psycopg
 
+    from openprose.state.backends.sql import encoding_problem
+
     try:
         with psycopg.connect(url, connect_timeout=3, autocommit=True) as conn:
-            row = conn.execute("SHOW server_version").fetchone()
+            # as the server announced it: text whatever the database's encoding
+            version = conn.info.parameter_status("server_version") or "?"
+            problem = encoding_problem(conn)
     except Exception as err:  # any driver error is this check's answer
         message = " ".join(str(err).split())
         for secret in _url_secrets(url):
@@ -102,7 +106,9 @@ def check_postgres(root: Path) -> Check:
         return Check("postgresql", "fail", f"cannot connect to {_redact(url)}: {message}",
                      "start the server or fix OPENPROSE_POSTGRES_URL (.prose/.env or the "
                      "environment)")
-    version = row[0] if row else "?"
+    if problem is not None:
+        return Check("postgresql", "fail", f"PostgreSQL {version} at {_redact(url)}: {problem}",
+                     "point OPENPROSE_POSTGRES_URL at a UTF8 database")
     return Check("postgresql", "ok", f"PostgreSQL {version} at {_redact(url)}, schema "
                                      f"{postgres_schema(root)}")
 

@@ -720,11 +720,14 @@ class PostgresBackend(SqlBackend):
         self.prefix = f'"{schema}".'
         self.raw_cursor = psycopg.RawCursor
         try:  # one attempt first: a bad URL or an unreachable server is one clear line
-            psycopg.connect(url, connect_timeout=5).close()
+            with psycopg.connect(url, connect_timeout=5) as first:
+                problem = encoding_problem(first)
         except Exception as err:
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(url)}: "
                                      f"{reason}") from None
+        if problem is not None:
+            raise BackendUnavailable(f"cannot use PostgreSQL at {_redact(url)}: {problem}")
         self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=False,
                                    kwargs={"autocommit": True})
         try:
@@ -891,6 +894,18 @@ def _numbered_values(sql: str, rows: int, first: int) -> str:
                                        for column in range(width)) + ")"
                         for row in range(rows))
     return sql.replace(group, numbered, 1)
+
+
+def encoding_problem(conn: Any) -> str | None:
+    """Why the database on psycopg connection ``conn`` cannot hold runs, or ``None``. Only
+    UTF8 will do: in any other encoding text would not round-trip (a SQL_ASCII database,
+    which initdb makes when no locale is set, even reads back as bytes)."""
+    encoding = conn.info.parameter_status("server_encoding")
+    if encoding == "UTF8":
+        return None
+    return (f"database {conn.info.dbname!r} has encoding {encoding}, openprose needs UTF8 "
+            "(CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0, or a cluster made "
+            "with initdb -E UTF8 --locale=C.UTF-8 as scripts/pg-up does)")
 
 
 def _redact(url: str) -> str:
