@@ -20,6 +20,8 @@ from tests.hosts.fake_messages import Block, Reply, text, tool_use
 
 #: The same answers for ``prose run`` on the scripted provider.
 REFERENCE_SCRIPT = {"sessions": [{"match": r"\A([^\n]*)", "output": r"result: \1"}]}
+#: The plugin's agent type for sessions (skill/agents/session.md).
+SESSION_AGENT = "openprose:session"
 #: Both briefs (a guided next_step item, an embodied spawn_session) end this way.
 SESSION_MARK = "write_binding(token, value=<your complete"
 
@@ -83,7 +85,7 @@ def ours(tool: str, **arguments: Any) -> Block:
 
 def subagent(prompt: str, name: str) -> Block:
     return tool_use("Agent", {"description": f"OpenProse session {name}", "prompt": prompt,
-                              "subagent_type": "general-purpose", "run_in_background": False})
+                              "subagent_type": SESSION_AGENT, "run_in_background": False})
 
 
 class HostModel:

@@ -68,6 +68,7 @@ def test_claude_validates_the_plugin_and_the_marketplace(tmp_path: Path) -> None
     provides = json.loads(result.stdout)["provides"]
     assert provides["skills"] == ["openprose:open-prose"]
     assert provides["commands"] == ["openprose:prose"]
+    assert provides["agents"] == ["openprose:session"]
     assert [s["name"] for s in provides["mcpServers"]] == ["openprose"]
 
 

@@ -41,11 +41,20 @@ output final = session "Write the final note"
   context: { draft, tone, facts }
 """
 INPUTS = {"topic": "tides"}
+# Of our tools, what a session subagent holds (skill/agents/session.md): no start_run,
+# next_step, update_state, complete_run or any other tool of the VM.
+SESSION_TOOLS = {"get_brief", "read_binding", "write_binding", "read_memory", "write_memory",
+                 "fail_session"}
 # What the host model reads in the program, for an embodied walk: binding → (prompt, context).
 SESSIONS = {"draft": ("Draft a short note about tides", []),
             "tone": ("Check the tone of the draft", ["draft"]),
             "facts": ("Check the facts in the draft", ["draft"]),
             "final": ("Write the final note", ["draft", "tone", "facts"])}
+
+
+def tool_bytes(tools: list[dict]) -> int:
+    """Bytes of tool definitions as the host sends them to the model."""
+    return len(json.dumps(tools).encode())
 
 
 def _bindings(root: Path) -> tuple[str, dict]:
@@ -104,6 +113,12 @@ def test_prose_run_in_claude_code_equals_prose_run(mode, tmp_path):
     assert not any(c.name == "write_binding" for c in main_calls)
     writes = [c for body in subagents for c in calls(body) if c.name == "write_binding"]
     assert {c.input["value"] for c in writes} == {answer(p) for p, _ in SESSIONS.values()}
+    # Every subagent was the plugin's session agent: our session tools, none of the VM's.
+    for body in subagents:
+        ours = [t for t in body["tools"] if t["name"].startswith(TOOL_PREFIX)]
+        names = {t["name"].removeprefix(TOOL_PREFIX) for t in ours}
+        assert names <= SESSION_TOOLS and {"read_binding", "write_binding"} <= names, names
+        assert tool_bytes(ours) <= 3000, tool_bytes(ours)
     # No tool result carried a value nobody asked for (read_binding is asking).
     values = {answer(p) for p, _ in SESSIONS.values()}
     for body in model.bodies:
