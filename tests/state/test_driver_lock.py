@@ -8,6 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +121,66 @@ def test_a_garbled_holder_record_still_refuses(fs_stores, program, project):
     with fs_stores.open().driver_lock(run_id) as lock:  # the next holder writes its own
         record = json.loads((project / ".prose" / "locks" / f"{run_id}.lock").read_text())
         assert record["pid"] == lock.holder.pid
+
+
+# A driver stopped between taking the file lock and writing its record into the file: the
+# real lock_driver, paused at its record write until told to go on.
+PAUSED = """\
+import os, sys
+from openprose.state import open_store
+root, run_id = sys.argv[1:]
+store = open_store(root, "filesystem", home=root + "/home")
+write = os.pwrite
+def paused(fd, data, offset):
+    os.pwrite = write
+    print("paused", flush=True)
+    sys.stdin.readline()
+    return write(fd, data, offset)
+os.pwrite = paused
+lock = store.driver_lock(run_id)
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _waiting_for_a_lock(pid: int) -> bool:
+    """Whether process ``pid`` waits for a file lock (Linux's /proc/locks lists waiters)."""
+    return any(line.split()[1] == "->" and line.split()[5].startswith(f"{pid}")
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+def test_a_refusal_never_catches_the_holder_between_locking_and_recording(
+        fs_stores, program, project):
+    store = fs_stores.open()
+    run_id = _run(store, program).id
+    holder = subprocess.Popen([sys.executable, "-c", PAUSED, str(project), run_id],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    refused: list[BaseException] = []
+
+    def refuse() -> None:
+        try:
+            fs_stores.open().driver_lock(run_id)
+        except BaseException as err:
+            refused.append(err)
+
+    try:
+        assert holder.stdout.readline() == "paused\n"
+        second = threading.Thread(target=refuse)
+        second.start()
+        # The second driver either answers now or waits for the holder's record.
+        while second.is_alive() and not _waiting_for_a_lock(os.getpid()):
+            second.join(0.01)
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline() == "held\n"
+        second.join(timeout=60)
+        (err,) = refused
+        assert isinstance(err, RunLocked), err
+        assert err.holder is not None and err.holder.pid == holder.pid, str(err)
+        assert f"pid {holder.pid} on {socket.gethostname()} since " in str(err)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdin.close()
+        holder.stdout.close()

@@ -41,8 +41,8 @@ class DriverHolder:
 
     @classmethod
     def from_json(cls, text: str) -> DriverHolder | None:
-        """The holder written by :meth:`to_json`; None for anything else (a holder caught
-        between truncating and writing its record, a damaged file)."""
+        """The holder written by :meth:`to_json`; None for anything else (a damaged
+        file)."""
         try:
             data = json.loads(text)
             return cls(int(data["pid"]), str(data["host"]), str(data["since"]))

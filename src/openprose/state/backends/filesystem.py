@@ -359,9 +359,26 @@ class FilesystemBackend(Backend):
         """``flock`` on ``.prose/locks/{run id}.lock`` (beside the runs, not in one: a run's
         own files are the same whoever drove it): the kernel drops it when the process
         ends, however it ends. The holder's record is written into the file once the lock
-        is held; a refused driver reads it from there."""
-        path = self.prose / LOCKS / f"{run_id}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        is held; a refused driver reads it from there.
+
+        Taking the lock and writing the record, like finding the lock taken and reading the
+        record, happen under a second ``flock``, on the locks directory (held for those few
+        system calls): a refused driver never reads a record half written, nor the one a
+        previous holder left."""
+        directory = self.prose / LOCKS
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{run_id}.lock"
+        gate = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            return self._lock_under_gate(run_id, path, holder)
+        except OSError as err:
+            raise StateError(f"cannot lock {path}: {err.strerror}") from err
+        finally:
+            os.close(gate)  # lets the next driver in
+
+    @staticmethod
+    def _lock_under_gate(run_id: str, path: Path, holder: DriverHolder) -> Callable[[], None]:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -369,9 +386,9 @@ class FilesystemBackend(Backend):
             text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
             os.close(fd)
             raise RunLocked(run_id, DriverHolder.from_json(text)) from None
-        except OSError as err:
+        except BaseException:
             os.close(fd)
-            raise StateError(f"cannot lock {path}: {err.strerror}") from err
+            raise
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, holder.to_json().encode(), 0)
