@@ -21,7 +21,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = (REPO / ".." / "shared" / "corpus").resolve()
+sys.path.insert(0, str(REPO))
+
+from tests.conftest import CORPUS  # noqa: E402
+
 SKETCH = CORPUS / "roadmap" / "syntax" / "open-prose-syntax.prose"
 
 

@@ -3,9 +3,6 @@ its own) and ``prose`` invoked in process, as a user would type it."""
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,10 +10,6 @@ import pytest
 from click.testing import CliRunner, Result
 
 from openprose.cli import cli
-
-PG_ENV = "OPENPROSE_TEST_POSTGRES_URL"
-BACKENDS = ["filesystem", "sqlite",
-            pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @dataclass
@@ -48,27 +41,14 @@ def run_id_of(result: Result) -> str:
     raise AssertionError(f"no run id in: {result.stderr}")
 
 
-@pytest.fixture(params=BACKENDS)
-def project(request: pytest.FixtureRequest, tmp_path: Path,
-            monkeypatch: pytest.MonkeyPatch) -> Iterator[Project]:
-    backend = request.param
-    schema = None
+@pytest.fixture
+def project(backend: str, request: pytest.FixtureRequest, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> Project:
     monkeypatch.delenv("OPENPROSE_POSTGRES_URL", raising=False)
     monkeypatch.delenv("DATABASE_URL", raising=False)
     if backend == "postgres":
-        url = os.environ.get(PG_ENV)
-        if not url:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"{PG_ENV} must be set when CI=true")
-            pytest.skip(f"no PostgreSQL: set {PG_ENV}")
-        schema = f"t_{uuid.uuid4().hex[:12]}"
-        monkeypatch.setenv("OPENPROSE_POSTGRES_URL", url)
-        monkeypatch.setenv("OPENPROSE_POSTGRES_SCHEMA", schema)
+        monkeypatch.setenv("OPENPROSE_POSTGRES_URL", request.getfixturevalue("pg_url"))
+        monkeypatch.setenv("OPENPROSE_POSTGRES_SCHEMA", request.getfixturevalue("pg_schema"))
     root = tmp_path / "project"
     root.mkdir()
-    yield Project(root, backend)
-    if schema is not None:
-        import psycopg
-
-        with psycopg.connect(os.environ[PG_ENV], autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    return Project(root, backend)

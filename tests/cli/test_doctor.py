@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.cli.conftest import PG_ENV, Project, run_id_of
+from tests.cli.conftest import Project, run_id_of
 
 SECRET = "sk-ant-doctor-secret-7c1e"
 PROGRAM = 'output summary = session "Summarize"\n'
@@ -108,10 +108,8 @@ def test_unreachable_postgres_fails_fast_without_the_password(
 
 
 @pytest.mark.postgres
-def test_wrong_postgres_password_is_named_not_shown(tmp_path: Path) -> None:
-    url = os.environ.get(PG_ENV)
-    if not url:
-        pytest.skip(f"no PostgreSQL: set {PG_ENV}")
+def test_wrong_postgres_password_is_named_not_shown(tmp_path: Path, pg_url: str) -> None:
+    url = pg_url
     project = Project(tmp_path, "filesystem")
     (tmp_path / ".prose").mkdir()
     bad = url.replace("postgresql://postgres@", "postgresql://nobody_here:pw-77x@")

@@ -4,7 +4,6 @@ and a project (with its own PostgreSQL schema) per test."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,12 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.conftest import PG_URL
 
 CLI = [sys.executable, "-c", "from openprose.cli import main; main()"]
-PG_URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
-BACKENDS = ["filesystem", "sqlite", pytest.param(
-    "postgres", marks=[pytest.mark.postgres, pytest.mark.skipif(
-        not PG_URL, reason="needs OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])]
 SCRIPTED = ["--provider", "scripted", "--script", "s.yaml"]
 
 # Two steps, then a final session that reads them: the program the process tests drive.

@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from tests.conftest import PG_URL
 from tests.engine.memjournal import MemJournal
 
 from openprose.engine.interpreter import Interpreter, Options
@@ -34,6 +35,13 @@ class Harness:
 
     def value(self, name: str, execution_id=None):
         return self.journal.bindings[(name, execution_id)][0]
+
+
+@pytest.fixture
+def postgres_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes a test starts reach the test server (when there is one) as a user's would."""
+    if PG_URL:
+        monkeypatch.setenv("OPENPROSE_POSTGRES_URL", PG_URL)
 
 
 @pytest.fixture

@@ -23,12 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.conftest import CORPUS
+
 from openprose.language import CompileError, compile_or_raise
 from openprose.language import nodes as n
 from openprose.state import open_store
 
 CLI = [sys.executable, "-c", "from openprose.cli import main; main()"]
-CORPUS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus").resolve()
 
 # Corpus programs: every session answers the same, every `if` takes its else at first and
 # every `until` loop runs once (as in tests/engine/test_corpus.py), each call takes a while.

@@ -11,8 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+from tests.conftest import PG_URL
+
 CLI = [sys.executable, "-c", "from openprose.cli import main; main()"]
-PG_URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
 
 
 def env() -> dict[str, str]:

@@ -4,9 +4,9 @@ fail only with the error their text asks for (a ``throw``, ``resume:`` before an
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
+from tests.conftest import CORPUS
 
 from openprose.engine import runner
 from openprose.engine.interpreter import Options
@@ -14,7 +14,6 @@ from openprose.engine.scripted import ScriptedProvider
 from openprose.language import compile_or_raise
 from openprose.state import open_store
 
-CORPUS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus").resolve()
 FILES = sorted(CORPUS.glob("*.prose")) + sorted(CORPUS.glob("roadmap/*.prose"))
 INTENDED = {
     "22-error-handling.prose": "22-error-handling.prose:51:1: ThrownError: Validation failed",

@@ -14,7 +14,6 @@ import subprocess
 
 import pytest
 from tests.engine.cli_procs import (
-    BACKENDS,
     CLI,
     SCRIPTED,
     make_project,
@@ -52,7 +51,6 @@ def project(tmp_path, backend, monkeypatch):
                             backend, monkeypatch)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_one_driver_per_run(project, backend):
     run = prose(project, "run", "p.prose", "--state", backend, *ARGS, name="run")
     try:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from tests.engine.cli_procs import (
-    BACKENDS,
     CLI,
     SCRIPTED,
     TWO_STEPS,
@@ -57,7 +56,6 @@ def _as_printed(args: list[str], cwd, env) -> subprocess.CompletedProcess:
                           timeout=120, env=env)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_the_interrupt_hint_resumes_as_printed(project, backend, env):
     run = prose(project, "run", "p.prose", "--state", backend, *SCRIPTED,
                 "--max-concurrency", "3", name="run")

@@ -85,19 +85,11 @@ def _reference(tmp_path: Path, backend: str) -> dict:
     return _finish(_prose(args, root, root / "err.txt"))["outputs"]
 
 
-PG_URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
-BACKENDS = ["filesystem", "sqlite", pytest.param(
-    "postgres", marks=[pytest.mark.postgres, pytest.mark.skipif(
-        not PG_URL, reason="needs OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])]
 
 
-@pytest.fixture(autouse=True)
-def _postgres_env(monkeypatch):
-    if PG_URL:
-        monkeypatch.setenv("OPENPROSE_POSTGRES_URL", PG_URL)
+pytestmark = pytest.mark.usefixtures("postgres_env")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path, backend):
     expected = _reference(tmp_path, backend)
     rng = random.Random(f"kill-{backend}")

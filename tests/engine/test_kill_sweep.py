@@ -5,18 +5,9 @@ session."""
 
 from __future__ import annotations
 
-import os
-
-import pytest
 from tests.engine import kill_sweep
 
-PG_URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
-BACKENDS = ["filesystem", "sqlite", pytest.param(
-    "postgres", marks=[pytest.mark.postgres, pytest.mark.skipif(
-        not PG_URL, reason="needs OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])]
 
-
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_killed_and_resumed_runs_end_as_uninterrupted_ones(tmp_path, backend):
     # kills within the first half of the run's time: the first lands before it ends
     tally = kill_sweep.sweep([kill_sweep.combined_program()], [backend], trials=1,

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from tests.engine.cli_procs import BACKENDS, make_project
+from tests.engine.cli_procs import make_project
 
 from openprose.cli import cli
 from openprose.state import open_store
@@ -50,7 +50,6 @@ def _snapshot(project, backend, run_id):
     return record, text, raw
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_refused_resume_changes_nothing(project, backend):
     failed = _prose(project, "run", str(project / "p.prose"), "--state", backend, "--json")
     assert failed.exit_code == 1, failed.output

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
@@ -14,16 +13,7 @@ from openprose.engine.scripted import ScriptedProvider
 from openprose.language import compile_or_raise
 from openprose.state import open_store
 
-PG_URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
-BACKENDS = ["filesystem", "sqlite", pytest.param(
-    "postgres", marks=[pytest.mark.postgres, pytest.mark.skipif(
-        not PG_URL, reason="needs OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])]
-
-
-@pytest.fixture(autouse=True)
-def _postgres_env(monkeypatch):
-    if PG_URL:
-        monkeypatch.setenv("OPENPROSE_POSTGRES_URL", PG_URL)
+pytestmark = pytest.mark.usefixtures("postgres_env")
 
 
 async def _no_sleep(seconds: float) -> None:
@@ -66,7 +56,6 @@ BROKEN = {"sessions": [{"match": "third", "fail": 9, "error": "outage"}, *GOOD["
           "conditions": GOOD["conditions"]}
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_failed_run_resumes_without_rerunning_finished_steps(tmp_path, backend):
     first, _ = _start(tmp_path, PROGRAM, BROKEN, backend, inputs={"topic": "X"})
     assert (first.status, first.exit_code) == ("failed", 1)
@@ -93,7 +82,6 @@ output all = session "join"
 '''
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_parallel_branches_keep_their_own_results_when_order_changes(tmp_path, backend):
     # First attempt: C finishes first, B second, A fails last.
     script1 = {"sessions": [

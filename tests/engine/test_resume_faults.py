@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.conftest import CORPUS
 from tests.engine import killing
 
 from openprose.engine import runner
@@ -18,15 +19,7 @@ from openprose.language import compile_or_raise
 from openprose.state import BindingRef, open_store
 from openprose.state.store import Run
 
-BACKENDS = ["filesystem", "sqlite", pytest.param(
-    "postgres", marks=[pytest.mark.postgres, pytest.mark.skipif(
-        not killing.PG_URL, reason="needs OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])]
-
-
-@pytest.fixture(autouse=True)
-def _postgres_env(monkeypatch):
-    if killing.PG_URL:
-        monkeypatch.setenv("OPENPROSE_POSTGRES_URL", killing.PG_URL)
+pytestmark = pytest.mark.usefixtures("postgres_env")
 
 
 async def _no_sleep(seconds: float) -> None:
@@ -73,7 +66,6 @@ sessions:
 '''
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_killed_drivers_session_does_not_block_resume(tmp_path, backend):
     program = 'let x = "init"\nx = session "Slow step"\noutput o = x\n'
     root = killing.project(tmp_path, program, SLOW)
@@ -98,7 +90,6 @@ class _ReadsContext(ScriptedProvider):
         return result
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_reused_sessions_value_is_what_every_reader_sees(tmp_path, backend):
     program = ('let x = "init"\nx = session "Fast step"\nlet y = session "Slow step"\n'
                '  context: x\noutput o = y\n')
@@ -127,7 +118,6 @@ def _slow_commits(monkeypatch, before: float = 0.0, after: float = 0.0):
     return lambda: monkeypatch.setattr(Run, "complete_sessions", original)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_commit_landing_after_a_fail_fast_cancel_is_not_run_again(tmp_path, backend,
                                                                      monkeypatch):
     program = ('parallel:\n  a = session "Steady"\n  b = session "Breaks"\n'
@@ -152,7 +142,6 @@ FIRST_SCRIPT = {"sessions": [{"match": "Beta", "output": "beta", "latency": 0.01
                              {"match": "Report.*", "output": "report: \\g<0>"}]}
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_first_joins_winner_is_replayed_though_a_loser_committed_late(tmp_path, backend):
     done = _run(tmp_path, FIRST, ScriptedProvider(FIRST_SCRIPT), backend)
     assert done.status == "completed", done.error
@@ -175,7 +164,6 @@ ANY = ('parallel ("any", count: 2):\n  a = session "One"\n  b = session "Two"\n'
        'output o = session "Choose"\n  context: { a, b, c, d }\n')
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_resuming_after_an_any_join_replays_its_winners(tmp_path, backend):
     script = {"sessions": [{"match": "One|Two", "output": "slow", "latency": 1},
                            {"match": "Three|Four", "output": "quick", "latency": 0.01},
@@ -188,8 +176,7 @@ def test_resuming_after_an_any_join_replays_its_winners(tmp_path, backend):
     assert outcome.outputs == done.outputs and _started(again) == []
 
 
-CORPUS_19 = (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" /
-             "19-advanced-parallel.prose").resolve()
+CORPUS_19 = CORPUS / "19-advanced-parallel.prose"
 
 
 @pytest.mark.skipif(not CORPUS_19.exists(), reason="corpus not present")
@@ -215,7 +202,6 @@ output o = r
 '''
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_resumed_block_call_keeps_its_frame(tmp_path, backend):
     root = killing.project(tmp_path, BLOCK, SLOW.replace("Fast step", "Fast step t"))
     run_id = killing.kill_during(root, backend, "1>work.1")
@@ -250,7 +236,6 @@ def test_a_killed_drivers_session_in_an_imported_program_does_not_block_resume(t
     assert result["outputs"] == {"o": "slow result"}
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_an_input_given_up_front_survives_a_kill_before_its_statement(tmp_path, backend):
     # `prose run --input later=...` gives a value for an input the program reaches only after
     # a session; killed during that session, the resumed run still has it (before: it paused

@@ -10,7 +10,6 @@ import time
 
 import pytest
 from tests.engine.cli_procs import (
-    BACKENDS,
     CLI,
     SCRIPTED,
     TWO_STEPS,
@@ -55,7 +54,6 @@ def _status(project, backend, run_id):
         return {info.id: info.status for info in store.list_runs()}[run_id]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_sigterm_interrupts_like_ctrl_c_and_the_run_resumes(project, backend):
     run, run_id, err = _interrupt(project, backend, [signal.SIGTERM])
     assert run.returncode == 130, err

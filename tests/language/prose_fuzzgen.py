@@ -10,13 +10,11 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable
-from pathlib import Path
+
+from tests.conftest import CORPUS
 
 from openprose.language import CompileResult, Severity, compile
 from openprose.language.canonical import format_program
-
-REPO = Path(__file__).resolve().parents[2]
-CORPUS = (REPO / ".." / "shared" / "corpus").resolve()
 
 KEYWORDS = (
     "session", "agent", "let", "const", "parallel", "for", "in", "loop", "until", "while", "as",

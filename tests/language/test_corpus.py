@@ -1,7 +1,7 @@
 """Every real program of ../shared/corpus compiles; the syntax sketch gets clear diagnostics.
 
-The corpus lives outside the repository (``<repo>/../shared/corpus``); these tests skip when it
-is absent.
+The corpus lives outside the repository (see tests/conftest.py); these tests skip when it is
+absent.
 """
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.conftest import CORPUS
 
 from openprose.language import Severity, compile, nodes
 
-REPO = Path(__file__).resolve().parents[2]
-CORPUS = (REPO / ".." / "shared" / "corpus").resolve()
 SKETCH_NAME = "roadmap/syntax/open-prose-syntax.prose"
 SKETCH = CORPUS / SKETCH_NAME
 

@@ -18,11 +18,6 @@ from openprose.mcp_server.guided import HostProvider, Item, ItemRefused, Session
 from openprose.mcp_server.server import server_context
 from openprose.state import open_store
 
-_ROOT = Path(__file__).resolve().parents[2]
-# Beside the repository (a clone); a worktree under wt/ has it one level further up.
-CORPUS = next((p for p in (_ROOT.parent / "shared" / "corpus", _ROOT.parents[1] / "shared"
-                           / "corpus") if p.is_dir()), _ROOT.parent / "shared" / "corpus")
-
 # Program name → script: failures where the program handles them, verdicts for its loops.
 # Together: parallel all/first/any with a count and each on-fail policy (19), pipelines (21),
 # try/catch (22), retry with backoff (23), choices and conditions (25), recursion (41), loops

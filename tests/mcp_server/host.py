@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,13 +10,11 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from tests.conftest import CORPUS
 
 from openprose.mcp_server.server import create_server
 
 ERAS = [pytest.param({"mode": "legacy"}, id="handshake"), pytest.param({}, id="2026-07-28")]
-# The corpus sits beside the repository; OPENPROSE_CORPUS names it elsewhere (a worktree).
-CORPUS = Path(os.environ.get("OPENPROSE_CORPUS")
-              or Path(__file__).resolve().parents[3] / "shared" / "corpus")
 
 
 class Refused(AssertionError):

@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 from mcp import Client
+from tests.conftest import CORPUS
 from tests.mcp_server.guided_host import (
     CASES,
-    CORPUS,
     GuidedHost,
     Refused,
     bindings_of,

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.conftest import CORPUS
 from tests.mcp_server.guided_host import (
     CASES,
-    CORPUS,
     answer_items,
     bindings_of,
     call_counts,

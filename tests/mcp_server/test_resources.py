@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
@@ -22,26 +18,17 @@ pytestmark = pytest.mark.anyio
 
 PROGRAM = 'let draft = session "Write a draft"\noutput final = draft\n'
 ERAS = [pytest.param({"mode": "legacy"}, id="handshake"), pytest.param({}, id="2026-07-28")]
-PG_ENV = "OPENPROSE_TEST_POSTGRES_URL"
 
 
-@pytest.fixture(params=["filesystem", "sqlite",
-                        pytest.param("postgres", marks=pytest.mark.postgres)])
-def project(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, str]]:
+@pytest.fixture
+def project(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str]:
     root = tmp_path / "project"
     (root / ".prose").mkdir(parents=True)
-    schema = None
-    if request.param == "postgres":
-        url = os.environ.get(PG_ENV)
-        if not url:
-            pytest.skip(f"no PostgreSQL: set {PG_ENV}")
-        schema = f"surface_{uuid.uuid4().hex[:10]}"
+    if backend == "postgres":
+        url, schema = request.getfixturevalue("pg_url"), request.getfixturevalue("pg_schema")
         (root / ".prose" / ".env").write_text(
             f"OPENPROSE_POSTGRES_URL={url}\nOPENPROSE_POSTGRES_SCHEMA={schema}\n")
-    yield root, request.param
-    if schema is not None:
-        with psycopg.connect(os.environ[PG_ENV], autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    return root, backend
 
 
 def _seed(root: Path, backend: str, tmp_path: Path) -> str:

@@ -10,8 +10,6 @@ with CASCADE afterwards; they are skipped without ``OPENPROSE_TEST_POSTGRES_URL`
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,49 +17,6 @@ from typing import Any
 import pytest
 
 from openprose.state import StateStore, open_store
-
-PG_ENV = "OPENPROSE_TEST_POSTGRES_URL"
-BACKEND_PARAMS = [
-    pytest.param("filesystem", id="filesystem"),
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-]
-
-
-def require_postgres() -> str:
-    """The test server's URL; skip without one (fail under CI=true)."""
-    url = os.environ.get(PG_ENV)
-    if not url:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{PG_ENV} must be set when CI=true")
-        pytest.skip(f"no PostgreSQL: set {PG_ENV} (eval \"$(scripts/pg-up)\")")
-    return url
-
-
-class PgAdmin:
-    """One autocommit connection for the whole session, used only to drop test schemas."""
-
-    def __init__(self) -> None:
-        self._conn: Any = None
-
-    def execute(self, sql: str) -> list[tuple[Any, ...]]:
-        if self._conn is None:
-            import psycopg
-
-            self._conn = psycopg.connect(require_postgres(), autocommit=True)
-        cursor = self._conn.execute(sql)
-        return cursor.fetchall() if cursor.description else []
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-
-
-@pytest.fixture(scope="session")
-def pg_admin() -> Iterator[PgAdmin]:
-    admin = PgAdmin()
-    yield admin
-    admin.close()
 
 
 class Stores:
@@ -92,11 +47,6 @@ class Stores:
             self._open.pop().close()
 
 
-@pytest.fixture(params=BACKEND_PARAMS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
@@ -111,35 +61,35 @@ def home(tmp_path: Path) -> Path:
     return path
 
 
-def _stores(backend: str, project: Path, home: Path, admin: PgAdmin) -> Iterator[Stores]:
+def _stores(backend: str, project: Path, home: Path,
+            request: pytest.FixtureRequest) -> Iterator[Stores]:
     url = schema = None
     if backend == "postgres":
-        url = require_postgres()
-        schema = f"t_{uuid.uuid4().hex[:16]}"
+        url = request.getfixturevalue("pg_url")
+        schema = request.getfixturevalue("pg_schema")
     stores = Stores(backend, project, home, url, schema)
     try:
         yield stores
     finally:
         stores.close_all()
-        if schema is not None:
-            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.fixture
-def stores(backend: str, project: Path, home: Path, pg_admin: PgAdmin) -> Iterator[Stores]:
-    yield from _stores(backend, project, home, pg_admin)
+def stores(backend: str, project: Path, home: Path,
+           request: pytest.FixtureRequest) -> Iterator[Stores]:
+    yield from _stores(backend, project, home, request)
 
 
 @pytest.fixture
-def fs_stores(project: Path, home: Path, pg_admin: PgAdmin) -> Iterator[Stores]:
+def fs_stores(project: Path, home: Path, request: pytest.FixtureRequest) -> Iterator[Stores]:
     """The filesystem backend only (for tests of its file layout)."""
-    yield from _stores("filesystem", project, home, pg_admin)
+    yield from _stores("filesystem", project, home, request)
 
 
 @pytest.fixture
-def pg_stores(project: Path, home: Path, pg_admin: PgAdmin) -> Iterator[Stores]:
+def pg_stores(project: Path, home: Path, request: pytest.FixtureRequest) -> Iterator[Stores]:
     """PostgreSQL only (for tests about the PostgreSQL backend itself)."""
-    yield from _stores("postgres", project, home, pg_admin)
+    yield from _stores("postgres", project, home, request)
 
 
 @pytest.fixture

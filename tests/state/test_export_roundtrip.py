@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -14,21 +12,6 @@ from openprose.state import AgentRef, BindingRef, ImportRecord, Usage, open_stor
 from openprose.state.export import export_run
 
 PROSE = str(Path(sys.executable).with_name("prose"))
-URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
-
-
-@pytest.fixture
-def pg_schema():
-    if not URL:
-        if os.environ.get("CI") == "true":
-            pytest.fail("OPENPROSE_TEST_POSTGRES_URL must be set in CI")
-        pytest.skip("no PostgreSQL (set OPENPROSE_TEST_POSTGRES_URL)")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    yield schema
-    import psycopg
-
-    with psycopg.connect(URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def populate(root: Path) -> str:
@@ -77,7 +60,7 @@ def snapshot(root: Path, backend: str, run_id: str, **kw: str) -> dict[str, obje
 
 
 def test_round_trip_through_every_backend_keeps_everything(tmp_path: Path,
-                                                           pg_schema: str) -> None:
+                                                           pg_schema: str, pg_url: str) -> None:
     run_id = populate(tmp_path)
     original = snapshot(tmp_path, "filesystem", run_id)
     assert original["segments"] == [(1, "first segment"), (2, "second segment")]
@@ -87,7 +70,7 @@ def test_round_trip_through_every_backend_keeps_everything(tmp_path: Path,
         "research", {"topic": "what to study"}, ("findings",))
     assert registered.fetched_at  # stamped when recorded
 
-    pg = {"postgres_url": URL, "schema": pg_schema}
+    pg = {"postgres_url": pg_url, "schema": pg_schema}
     fs = open_store(tmp_path, "filesystem", home=tmp_path / "home")
     sq = open_store(tmp_path, "sqlite", home=tmp_path / "home")
     assert export_run(fs, run_id, sq) == [run_id, f"{run_id}/imports/alice--research"]
