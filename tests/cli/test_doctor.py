@@ -176,12 +176,10 @@ def test_hosts_configured_by_install_skill_are_recognized(tmp_path: Path, home: 
 
 
 @pytest.fixture
-def ascii_database() -> Iterator[str]:
+def ascii_database(pg_url: str) -> Iterator[str]:
     """The URL of a SQL_ASCII database in the test cluster (what initdb makes with no
     locale), dropped after."""
-    url = os.environ.get(PG_ENV)
-    if not url:
-        pytest.skip(f"no PostgreSQL: set {PG_ENV}")
+    url = pg_url
     import psycopg
 
     name = f"ascii_{uuid.uuid4().hex[:10]}"
@@ -214,11 +212,8 @@ def test_a_database_not_in_utf8_is_refused_in_one_line(
 
 @pytest.mark.postgres
 def test_doctor_names_the_postgres_version_as_text(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = os.environ.get(PG_ENV)
-    if not url:
-        pytest.skip(f"no PostgreSQL: set {PG_ENV}")
-    monkeypatch.setenv("OPENPROSE_POSTGRES_URL", url)
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str) -> None:
+    monkeypatch.setenv("OPENPROSE_POSTGRES_URL", pg_url)
     _, found, output = checks(Project(tmp_path, "filesystem"))
     assert found["postgresql"]["status"] == "ok"
     assert re.match(r"PostgreSQL \d+\.\d+ ", found["postgresql"]["detail"]), output

@@ -408,23 +408,23 @@ def test_atomic_write_skips_a_temp_name_left_behind_and_leaves_no_temp(tmp_path,
     import itertools
     import os
 
-    from openprose.state.backends import filesystem
+    from openprose.state import files
 
-    monkeypatch.setattr(filesystem, "_TEMP_NUMBERS", itertools.count(5))
+    monkeypatch.setattr(files, "_TEMP_NUMBERS", itertools.count(5))
     target = tmp_path / "bindings" / "x.md"
     target.parent.mkdir()
     stale = target.parent / f".x.md.{os.getpid()}-5.tmp"  # as a crashed process left it
     stale.write_text("stale")
-    filesystem.atomic_write(target, "new\r\nvalue ü", durable=True)
+    files.atomic_write(target, "new\r\nvalue ü", durable=True)
     assert target.read_bytes() == "new\r\nvalue ü".encode()
     assert stale.read_text() == "stale"
     assert sorted(p.name for p in target.parent.iterdir()) == [stale.name, "x.md"]
-    filesystem.atomic_write(tmp_path / "made" / "y.md", "y")
+    files.atomic_write(tmp_path / "made" / "y.md", "y")
     assert (tmp_path / "made" / "y.md").read_text() == "y"
 
 
 def test_atomic_write_that_fails_keeps_the_old_file_and_no_temp(tmp_path, monkeypatch):
-    from openprose.state.backends import filesystem
+    from openprose.state import files
 
     target = tmp_path / "x.md"
     target.write_text("old")
@@ -432,9 +432,9 @@ def test_atomic_write_that_fails_keeps_the_old_file_and_no_temp(tmp_path, monkey
     def full_disk(fd: int, data: bytes) -> int:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(filesystem.os, "write", full_disk)
+    monkeypatch.setattr(files.os, "write", full_disk)
     with pytest.raises(StateDiskFull, match="no space left"):
-        filesystem.atomic_write(target, "new")
+        files.atomic_write(target, "new")
     monkeypatch.undo()
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["x.md"]

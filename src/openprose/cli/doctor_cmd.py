@@ -92,7 +92,7 @@ def check_postgres(root: Path) -> Check:
                                          "OPENPROSE_POSTGRES_URL for --state postgres)")
     import psycopg
 
-    from openprose.state.backends.sql import encoding_problem
+    from openprose.state.backends.postgres import encoding_problem
 
     try:
         with psycopg.connect(url, connect_timeout=3, autocommit=True) as conn:

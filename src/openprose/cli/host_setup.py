@@ -10,11 +10,12 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
+
+from openprose.state.files import atomic_write
 
 SERVER_NAME = "openprose"
 MARKETPLACE_NAME = "openprose"
@@ -132,7 +133,8 @@ def install_desktop(config: Path, entry: dict) -> DesktopResult:
     if original is not None:
         backup = _backup(config, original)
     config.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(config, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    atomic_write(config, json.dumps(data, indent=2, ensure_ascii=False) + "\n", durable=True,
+                 private=True)
     return DesktopResult(config, True, backup, previous)
 
 
@@ -149,21 +151,6 @@ def _backup(config: Path, content: bytes) -> Path:
         shutil.copymode(config, target)
         return target
     raise HostSetupError(f"cannot find a free backup name beside {config}")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from openprose.state.models import (
     Usage,
 )
 from openprose.state.names import new_run_id
+from openprose.state.render import render_state
 from openprose.state.store import Run, SessionHandle, StateStore
 
 BACKENDS = ("filesystem", "sqlite", "postgres")
@@ -60,13 +61,13 @@ def open_store(project_root: str | Path, backend: str = "filesystem", *,
     if backend == "filesystem":
         from openprose.state.backends.filesystem import FilesystemBackend
 
-        return StateStore(FilesystemBackend(root, home_dir), root, home_dir)
+        return StateStore(FilesystemBackend(root, home_dir), root, home_dir, render_state)
     if backend == "sqlite":
-        from openprose.state.backends.sql import SqliteBackend
+        from openprose.state.backends.sqlite import SqliteBackend
 
-        return StateStore(SqliteBackend(root, home_dir), root, home_dir)
+        return StateStore(SqliteBackend(root, home_dir), root, home_dir, render_state)
     if backend == "postgres":
-        from openprose.state.backends.sql import PostgresBackend
+        from openprose.state.backends.postgres import PostgresBackend
 
         url = postgres_url or _postgres_url(root)
         if not url:
@@ -74,7 +75,7 @@ def open_store(project_root: str | Path, backend: str = "filesystem", *,
                 "no PostgreSQL URL: set OPENPROSE_POSTGRES_URL in .prose/.env or the "
                 "environment (or DATABASE_URL)")
         return StateStore(PostgresBackend(root, home_dir, url, schema or postgres_schema(root)),
-                          root, home_dir)
+                          root, home_dir, render_state)
     raise ValueError(f"unknown state backend {backend!r} (choose from {', '.join(BACKENDS)})")
 
 

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 ROOT = 0  # execution id of the root scope (ruling 4: distinct from every frame, which start at 1)
 KINDS = frozenset({"input", "output", "let", "const", "param", "anonymous"})
 AGENT_SCOPES = frozenset({"execution", "project", "user", "custom"})
+
+
+def utc_now() -> str:
+    """The time stamp every record carries: UTC to the second, ISO 8601."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ naming where it was found, never a ``TypeError`` or ``KeyError`` from deep insid
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from openprose.state.errors import DamagedState
@@ -32,6 +32,18 @@ RUN_FIELDS: dict[str, tuple[type, ...]] = {
     "started": (str,), "updated": (str,), "vm_token_hash": (str,), "error": _OPT_STR,
 }
 RUN_STATUSES = ("running", "completed", "failed", "interrupted")
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: str
+    program_path: str | None
+    program_source: str
+    status: str
+    started: str
+    updated: str
+    vm_token_hash: str
+    error: str | None = None
 
 
 def parse_json(text: str | bytes, where: str, what: str) -> Any:
@@ -106,8 +118,6 @@ def grant_from_data(data: Any, where: str) -> dict[str, Any]:
 
 def run_from_data(data: Any, where: str) -> dict[str, Any]:
     """The fields of a :class:`RunRecord` (whichever it has now) from ``run.json``."""
-    from openprose.state.backends.base import RunRecord
-
     every = fields(RunRecord)
     required = tuple(f.name for f in every
                      if f.default is MISSING and f.default_factory is MISSING)
@@ -116,3 +126,8 @@ def run_from_data(data: Any, where: str) -> dict[str, Any]:
     if record["status"] not in RUN_STATUSES:
         raise DamagedState(f"{where}: not a run record (status {record['status']!r})")
     return record
+
+
+def damaged_record(run_id: str, damage: Exception) -> RunRecord:
+    """How a run whose record cannot be read is listed: status "damaged", the reason."""
+    return RunRecord(run_id, None, "", "damaged", "", "", "", str(damage))

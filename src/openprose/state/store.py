@@ -15,12 +15,12 @@ import hashlib
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from openprose.state.backends.base import Backend, CommitStep, RunRecord
+from openprose.state.backends.base import Backend, CommitStep
 from openprose.state.driver import DriverHolder, DriverLock
 from openprose.state.errors import (
     CapabilityError,
@@ -45,6 +45,7 @@ from openprose.state.models import (
     StateSnapshot,
     Usage,
     final_result,
+    utc_now,
 )
 from openprose.state.names import (
     check_name,
@@ -54,14 +55,10 @@ from openprose.state.names import (
     contained_path,
     new_run_id,
 )
-from openprose.state.render import render_state
+from openprose.state.records import RunRecord
 
 DEFAULT_MAX_DEPTH = 100
 ANON_PREFIX = "anon_"
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _stamp() -> float:
@@ -86,11 +83,18 @@ def _check_ref(ref: BindingRef, what: str = "name", *, new: bool = False) -> Non
         raise InvalidNameError(f"execution id {eid!r} of '{ref.name}' is not an integer >= 0")
 
 
-class StateStore:
-    """A project's state on one backend. Create or open runs; resolve session tokens."""
+Renderer = Callable[["Run", StateSnapshot], str]
 
-    def __init__(self, backend: Backend, project_root: Path, home: Path) -> None:
+
+class StateStore:
+    """A project's state on one backend. Create or open runs; resolve session tokens.
+    ``render`` makes a run's state.md: rendering sits above the contract (state.render),
+    so the store is handed it rather than importing it."""
+
+    def __init__(self, backend: Backend, project_root: Path, home: Path,
+                 render: Renderer) -> None:
         self.backend = backend
+        self.render = render
         self.project_root = project_root
         self.home = home
         self._runs: dict[str, Run] = {}
@@ -121,7 +125,7 @@ class StateStore:
         else:
             run_id = new_run_id()
         token = _new_token("vm")
-        now = _now()
+        now = utc_now()
         record = RunRecord(run_id, program_path, program_source, "running", now, now,
                            _hash(token))
         self.backend.create_run(record)
@@ -422,8 +426,13 @@ class Run:
                                   f"binding '{ref.name}' belongs to a session in flight")
         binding = Binding(ref.name, ref.execution_id, kind, source, value)
         self.backend.put_binding(self.id, binding, durable=durable)
-        self._index[ref] = kind
+        self.index_binding(ref, kind)
         return binding
+
+    def index_binding(self, ref: BindingRef, kind: str) -> None:
+        """Note a binding written (by the VM or a session) for :meth:`binding_index`."""
+        with self._lock:
+            self._index[ref] = kind
 
     # ------------------------------------------------------------------ sessions
     def grant_session(self, ref: BindingRef, kind: str, source: str,
@@ -677,7 +686,7 @@ class Run:
 
     # ------------------------------------------------------------------ state and lifecycle
     def update_state(self, snapshot: StateSnapshot) -> None:
-        text = render_state(self, snapshot)
+        text = self.store.render(self, snapshot)
         self.backend.write_state(self.id, text, snapshot)
 
     def state_text(self) -> str:
@@ -698,7 +707,7 @@ class Run:
         """Register a program this run imports (the VM does, when the run starts)."""
         check_name(record.alias, "import alias")
         if not record.fetched_at:
-            record = replace(record, fetched_at=_now())
+            record = replace(record, fetched_at=utc_now())
         self.backend.put_import(self.id, record)
 
     def imports(self) -> list[ImportRecord]:
@@ -721,7 +730,7 @@ class Run:
             if child_id not in self.store.taken_over:  # first opened by this driver
                 child.end_abandoned_sessions()
             return child
-        now = _now()
+        now = utc_now()
         record = RunRecord(child_id, program_path, program_source, "running", now, now,
                            self.record.vm_token_hash)
         self.backend.create_run(record)
@@ -755,7 +764,7 @@ class SessionHandle:
         binding = Binding(self.binding.name, self.binding.execution_id, self.kind, self.source,
                           value)
         self.run.backend.put_binding(self.run.id, binding, durable=False)
-        self.run._index[self.binding] = self.kind
+        self.run.index_binding(self.binding, self.kind)
         return binding
 
     def write_binding(self, name: str, value: str, execution_id: int | None = None) -> Binding:

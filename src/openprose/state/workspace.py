@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from openprose.state.config import read_env_file
+from openprose.state.files import atomic_write
 
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -180,15 +180,4 @@ def _append_env(env: Path, lines: list[str]) -> None:
     old = env.read_text(encoding="utf-8") if env.is_file() else ""
     if old and not old.endswith("\n"):
         old += "\n"
-    mode = env.stat().st_mode & 0o777 if env.exists() else 0o600
-    fd, temp = tempfile.mkstemp(dir=env.parent, prefix=".env.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(old + "\n".join(lines) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, env)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    atomic_write(env, old + "\n".join(lines) + "\n", durable=True, private=True)

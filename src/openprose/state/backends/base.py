@@ -20,6 +20,7 @@ from openprose.state.models import (
     JournalEntry,
     StateSnapshot,
 )
+from openprose.state.records import RunRecord, entry_from_data, parse_json
 
 LARGE_VALUE = 100 * 1024  # SQL backends move larger values to attachments/
 
@@ -33,18 +34,6 @@ class CommitStep:
     entry: JournalEntry
     ended_grant: dict[str, Any]
     stored: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    id: str
-    program_path: str | None
-    program_source: str
-    status: str
-    started: str
-    updated: str
-    vm_token_hash: str
-    error: str | None = None
 
 
 class Backend(ABC):
@@ -183,8 +172,6 @@ def entry_to_json(entry: JournalEntry) -> str:
 
 def entry_from_json(text: str | bytes, where: str) -> JournalEntry:
     """A journal record read back (``where``: the file and line, or the row, for errors)."""
-    from openprose.state.records import entry_from_data, parse_json
-
     return entry_from_data(parse_json(text, where, "journal record"), where)
 
 

@@ -9,7 +9,6 @@ crash, :meth:`repair` rewrites any binding file the journal knows better.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import itertools
 import json
@@ -18,7 +17,7 @@ import shutil
 import stat
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from typing import Any
 from openprose.state.backends.base import (
     Backend,
     CommitStep,
-    RunRecord,
     entry_to_json,
     grant_to_json,
     segment_name,
@@ -36,8 +34,15 @@ from openprose.state.errors import (
     DamagedState,
     PathEscapeError,
     RunNotFound,
-    StateDiskFull,
     StateError,
+)
+from openprose.state.files import (
+    atomic_write,
+    disk_errors,
+    fsync_dir,
+    open_nofollow,
+    read_bytes,
+    read_exact,
 )
 from openprose.state.models import (
     AgentRef,
@@ -47,9 +52,12 @@ from openprose.state.models import (
     ImportRecord,
     JournalEntry,
     StateSnapshot,
+    utc_now,
 )
 from openprose.state.names import check_name, contained_path
 from openprose.state.records import (
+    RunRecord,
+    damaged_record,
     entry_from_data,
     frame_from_data,
     grant_from_data,
@@ -63,102 +71,9 @@ SEPARATOR = "\n```\n\n---\n\n"
 WRITE_NOTE = '{"kind":"write",'
 LOGS = ("journal.jsonl", "frames.jsonl", "capabilities.jsonl")
 LOCKS = "locks"  # .prose/locks/{run id}.lock: flock'd by the run's driver, who it is as JSON
-_TEMP_NUMBERS = itertools.count()  # temp files: .{name}.{pid}-{number}.tmp
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
 # A run directory is built under .creating/ beside its final place, then renamed into place.
 CREATING = ".creating"
-
-
-def read_exact(path: Path) -> str:
-    """A file's text exactly as written (no newline translation: values keep their \\r).
-    Never read through a link (that is a :class:`PathEscapeError`); a directory or bytes
-    that are not UTF-8 are a :class:`DamagedState` naming the file and line."""
-    data = read_bytes(path)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise DamagedState(f"{path}:{line}: not UTF-8 text") from None
-
-
-def read_bytes(path: Path) -> bytes:
-    """A regular file's bytes, opened without following a link at its last component."""
-    fd = open_nofollow(path, os.O_RDONLY)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise DamagedState(f"{path} is not a regular file (a directory or device where "
-                           "state keeps a file)")
-    with open(fd, "rb") as handle:
-        return handle.read()
-
-
-def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
-    """``os.open`` that refuses a symbolic link at ``path`` itself."""
-    try:
-        return os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise PathEscapeError(f"{path} is a symbolic link; state is never read or "
-                                  "written through a link") from None
-        if err.errno == errno.EISDIR:
-            raise DamagedState(f"{path} is a directory where state keeps a file") from None
-        raise
-
-
-def atomic_write(path: Path, text: str, *, durable: bool = False) -> None:
-    """Write ``text`` to ``path`` via a temp file and rename; fsync file and directory if
-    ``durable``. Readers never see a half-written file."""
-    with disk_errors(path):
-        temp, fd = _create_temp(path)
-        try:
-            data = memoryview(text.encode("utf-8"))
-            while data:
-                data = data[os.write(fd, data):]
-            if durable:
-                os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(temp)
-            raise
-        os.close(fd)
-        os.replace(temp, path)
-        if durable:
-            fsync_dir(path.parent)
-
-
-@contextlib.contextmanager
-def disk_errors(path: Path) -> Iterator[None]:
-    """A write that fails for want of space is :class:`StateDiskFull`, naming the file."""
-    try:
-        yield
-    except OSError as err:
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise StateDiskFull(f"cannot write {path}: no space left on the device") from None
-        raise
-
-
-def _create_temp(path: Path) -> tuple[str, int]:
-    """A new temp file beside ``path``, named by process and counter (no random bytes to
-    fetch); a name a crashed process left behind is skipped."""
-    while True:
-        temp = f"{path.parent}{os.sep}.{path.name}.{os.getpid()}-{next(_TEMP_NUMBERS)}.tmp"
-        try:
-            return temp, os.open(temp, _CREATE, 0o644)
-        except FileExistsError:
-            continue
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return temp, os.open(temp, _CREATE, 0o644)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_STAGING_NUMBERS = itertools.count()  # staged run directories: {id}.{pid}-{number}
 
 
 class AppendLog:
@@ -329,7 +244,7 @@ class FilesystemBackend(Backend):
         staging = final.parent / CREATING
         if staging.is_dir():
             _sweep_abandoned(staging)
-        temp = staging / f"{final.name}.{os.getpid()}-{next(_TEMP_NUMBERS)}"
+        temp = staging / f"{final.name}.{os.getpid()}-{next(_STAGING_NUMBERS)}"
         temp.mkdir(parents=True)
         try:
             build(temp)
@@ -420,13 +335,11 @@ class FilesystemBackend(Backend):
     def rebuild_run(self, run_id: str, damage: DamagedState) -> RunRecord:
         """A damaged ``run.json`` rebuilt from the run's ``program.prose`` (status
         interrupted, the damage as its error); the damaged file is kept beside it."""
-        from openprose.state.store import _now
-
         try:
             source = read_exact(self._run_file(run_id, "program.prose"))
         except (OSError, StateError):
             raise damage from None
-        record = RunRecord(run_id, None, source, "interrupted", _now(), _now(), "",
+        record = RunRecord(run_id, None, source, "interrupted", utc_now(), utc_now(), "",
                            f"run.json was rebuilt from program.prose: {damage}")
         path = self._run_file(run_id, "run.json")
         set_aside(path)
@@ -501,10 +414,8 @@ class FilesystemBackend(Backend):
         return sorted(p.name for p in agents.iterdir() if p.is_dir()) if agents.is_dir() else []
 
     def update_run(self, run_id: str, *, status: str, error: str | None) -> None:
-        from openprose.state.store import _now
-
         record = self.load_run(run_id)
-        data = asdict(record) | {"status": status, "error": error, "updated": _now()}
+        data = asdict(record) | {"status": status, "error": error, "updated": utc_now()}
         atomic_write(self._run_file(run_id, "run.json"), json.dumps(data, indent=2),
                      durable=True)
 
@@ -824,11 +735,6 @@ def set_aside(path: Path) -> Path:
             os.rename(path, target)
             return target
         number += 1
-
-
-def damaged_record(run_id: str, damage: StateError) -> RunRecord:
-    """How a run whose record cannot be read is listed: status "damaged", the reason."""
-    return RunRecord(run_id, None, "", "damaged", "", "", "", str(damage))
 
 
 def _sweep_abandoned(staging: Path) -> None:

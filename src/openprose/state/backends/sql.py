@@ -1,19 +1,14 @@
-"""SQL backends: SQLite (a database per run, like the filesystem layout) and PostgreSQL (one
-``openprose`` schema for every run). The tables follow the seeds' schema with ``run_id``
+"""What the SQL backends share: the tables, and every statement written once with ``?``
+placeholders (:mod:`.sqlite` and :mod:`.postgres` supply connections and dialect). The tables follow the seeds' schema with ``run_id``
 columns; root scope is stored as execution_id 0 (ruling 4). Every write is one transaction;
 durable steps commit with a synchronous flush, the rest (intents, grants, frames, state) do not.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import sqlite3
-import threading
-import time
 from abc import abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -23,26 +18,16 @@ from openprose.state.backends.base import (
     LARGE_VALUE,
     Backend,
     CommitStep,
-    RunRecord,
     entry_from_json,
     entry_to_json,
     grant_to_json,
 )
-from openprose.state.backends.filesystem import (
-    FilesystemBackend,
-    atomic_write,
-    damaged_record,
-    read_exact,
-)
-from openprose.state.backends.sqlite_schema import ensure_schema
-from openprose.state.driver import DriverHolder, RunLocked
+from openprose.state.backends.filesystem import FilesystemBackend
 from openprose.state.errors import (
-    BackendUnavailable,
     DamagedState,
-    PathEscapeError,
     RunNotFound,
-    StateDiskFull,
 )
+from openprose.state.files import atomic_write, read_exact
 from openprose.state.models import (
     ROOT,
     AgentRef,
@@ -52,9 +37,15 @@ from openprose.state.models import (
     ImportRecord,
     JournalEntry,
     StateSnapshot,
+    utc_now,
 )
 from openprose.state.names import check_name
-from openprose.state.records import frame_from_data, grant_from_data, parse_json
+from openprose.state.records import (
+    RunRecord,
+    frame_from_data,
+    grant_from_data,
+    parse_json,
+)
 
 
 class Cursor(Protocol):
@@ -108,11 +99,6 @@ def tables(p: str, serial: str, json_type: str, now: str) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS {p}capabilities (
             hash TEXT PRIMARY KEY, run_id TEXT NOT NULL, body TEXT NOT NULL)""",
     ]
-
-
-# Columns added since the first release: PostgreSQL databases made before get them when
-# opened (SQLite databases are migrated by sqlite_schema).
-ADDED_COLUMNS = (("frames", "call_key", "TEXT"),)
 
 
 class SqlBackend(Backend):
@@ -190,10 +176,8 @@ class SqlBackend(Backend):
         return sorted({r[0] for r in rows})
 
     def update_run(self, run_id: str, *, status: str, error: str | None) -> None:
-        from openprose.state.store import _now
-
         self.write(run_id, "UPDATE {p}run SET status = ?, error = ?, updated_at = ? WHERE id = ?",
-                   (status, error, _now(), run_id), durable=True)
+                   (status, error, utc_now(), run_id), durable=True)
 
     # ------------------------------------------------------------------ bindings
     def binding_location(self, run_id: str, ref: BindingRef) -> str:
@@ -356,7 +340,7 @@ class SqlBackend(Backend):
         rows = self.fetch(run_id, "SELECT body FROM {p}capabilities WHERE run_id = ?",
                           (run_id,))
         where = self.table_location(run_id, "capabilities")
-        return [_grant(row[0], where) for row in rows]
+        return [grant_from_json(row[0], where) for row in rows]
 
     # ------------------------------------------------------------------ agents
     def _agent_key(self, run_id: str, agent: AgentRef) -> tuple[str, str, str, str]:
@@ -459,7 +443,7 @@ def _grant_row(run_id: str, grant: dict[str, Any]) -> tuple[Any, ...]:
     return grant["hash"], run_id, grant_to_json(grant)
 
 
-def _grant(body: str, where: str) -> dict[str, Any]:
+def grant_from_json(body: str, where: str) -> dict[str, Any]:
     return grant_from_data(parse_json(body, where, "session grant"), where)
 
 
@@ -471,446 +455,3 @@ def _json(value: Any) -> Any:
 def _execution_status(status: str) -> str:
     return {"complete": "completed", "executing": "executing", "retrying": "executing",
             "failed": "failed", "cancelled": "skipped"}.get(status, "pending")
-
-
-@contextmanager
-def sqlite_errors(path: Path) -> Iterator[None]:
-    """SQLite's errors about the file itself as state errors naming it: a full disk is
-    :class:`StateDiskFull`, a file that is not a database (or is corrupt)
-    :class:`DamagedState`. Others (a busy database, a bad statement) pass unchanged."""
-    try:
-        yield
-    except sqlite3.DatabaseError as err:
-        name = getattr(err, "sqlite_errorname", "")
-        if name == "SQLITE_FULL":
-            raise StateDiskFull(f"cannot write {path}: the disk is full") from None
-        if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in str(err):
-            raise DamagedState(f"{path} is damaged: {err} (move it away to start the run "
-                               "over, or restore it from a backup)") from None
-        raise
-
-
-BUSY_SECONDS = 60  # how long an open or a write waits for another process's lock
-
-
-def _prepare(conn: sqlite3.Connection) -> None:
-    """A SQLite database's settings, and its tables created or migrated (idempotent)."""
-    # Pages freed by rewrites (state_md) are returned to the file at close.
-    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-    _wal(conn)
-    ensure_schema(conn, sqlite_tables)
-
-
-def _wal(conn: sqlite3.Connection) -> None:
-    """Put the database in WAL mode. Switching a database that is not yet in WAL mode fails
-    with SQLITE_BUSY at once, without the busy handler, while another connection holds a
-    lock on it (another process opening it at the same moment, converting or migrating it):
-    that is retried until the lock is gone, for up to :data:`BUSY_SECONDS`."""
-    deadline = time.monotonic() + BUSY_SECONDS
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as err:
-            if getattr(err, "sqlite_errorname", "") != "SQLITE_BUSY" or \
-                    time.monotonic() > deadline:
-                raise
-        time.sleep(0.005)  # polls the other process's lock (SQLite's own handler sleeps too)
-
-
-def sqlite_tables() -> list[str]:
-    return tables("", "INTEGER PRIMARY KEY AUTOINCREMENT", "TEXT",
-                  "strftime('%Y-%m-%dT%H:%M:%SZ','now')")
-
-
-class SqliteBackend(SqlBackend):
-    """``.prose/runs/{id}/state.db`` per run; project agents in ``.prose/agents.db``, user
-    agents in ``~/.prose/agents.db``. WAL, a busy timeout, ``synchronous=FULL`` for durable
-    commits and ``NORMAL`` for the rest."""
-
-    name = "sqlite"
-
-    def __init__(self, project_root: Path, home: Path) -> None:
-        super().__init__(project_root, home)
-        self._local = threading.local()
-        self._ready: set[Path] = set()
-        self._ready_lock = threading.Lock()
-        self._all: list[tuple[Path, sqlite3.Connection]] = []
-        self._writers: dict[Path, threading.Lock] = {}
-
-    def db_path(self, run_id: str | None, scope: str) -> Path:
-        if scope == "project":
-            return self.root / ".prose" / "agents.db"
-        if scope == "user":
-            return self.home / ".prose" / "agents.db"
-        assert run_id is not None
-        return self.files.contained(self.files.run_dir(run_id)) / "state.db"
-
-    def _connection(self, path: Path) -> sqlite3.Connection:
-        cache: dict[Path, sqlite3.Connection] = self._local.__dict__.setdefault("conns", {})
-        conn = cache.get(path)
-        if conn is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.is_symlink():
-                raise PathEscapeError(f"{path} is a symbolic link; state is never read or "
-                                      "written through a link")
-            conn = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None,
-                                   check_same_thread=False)
-            try:
-                with sqlite_errors(path), self._ready_lock:
-                    if path not in self._ready:
-                        _prepare(conn)
-                        self._ready.add(path)
-            except BaseException:
-                conn.close()
-                raise
-            with self._ready_lock:
-                self._all.append((path, conn))
-            cache[path] = conn
-        return conn
-
-    def create_run(self, record: RunRecord) -> None:
-        """The run's directory with its database and run row, renamed into place whole (into
-        the directory of the same run on another backend, if there is one)."""
-        if self.files.run_dir(record.id).is_dir() and \
-                (self.files.run_dir(record.id) / "state.db").exists():
-            super().create_run(record)  # a database without a run row: the row goes in
-            return
-
-        def build(directory: Path) -> None:
-            atomic_write(directory / "program.prose", record.program_source)
-            conn = sqlite3.connect(directory / "state.db", timeout=BUSY_SECONDS,
-                                   isolation_level=None)
-            try:
-                _prepare(conn)
-                conn.execute("PRAGMA synchronous = FULL")
-                conn.execute(self.q(self.INSERT_RUN), self._run_row(record))
-            finally:
-                conn.close()
-
-        self.files.build_run_dir(record.id, build, "state.db")
-
-    def _open(self, run_id: str | None, scope: str) -> sqlite3.Connection:
-        path = self.db_path(run_id, scope)
-        if scope == "run" and not path.exists() and not path.parent.is_dir():
-            raise RunNotFound(f"no run {run_id} under {self.files.runs}")
-        return self._connection(path)
-
-    def fetch(self, run_id: str | None, sql: str, params: tuple[Any, ...] = (),
-              scope: str = "run") -> list[tuple[Any, ...]]:
-        conn = self._open(run_id, scope)
-        with sqlite_errors(self.db_path(run_id, scope)):
-            return conn.execute(self.q(sql), params).fetchall()
-
-    @contextmanager
-    def tx(self, run_id: str | None, *, durable: bool, scope: str = "run") -> Iterator[Cursor]:
-        conn = self._open(run_id, scope)
-        path = self.db_path(run_id, scope)
-        # Writers in this process queue on a lock instead of SQLite's sleeping busy handler
-        # (fair and without sleeps); other processes still meet the busy timeout.
-        with self._writer(path), sqlite_errors(path):
-            conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:  # a failed COMMIT (disk full) leaves it open
-                    conn.execute("ROLLBACK")
-                raise
-
-    def _writer(self, path: Path) -> threading.Lock:
-        lock = self._writers.get(path)
-        if lock is None:
-            with self._ready_lock:
-                lock = self._writers.setdefault(path, threading.Lock())
-        return lock
-
-    def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
-        return self.files.lock_driver(run_id, holder)  # as on the filesystem
-
-    def list_runs(self) -> list[RunRecord]:
-        if not self.files.runs.is_dir():
-            return []
-        found = []
-        for path in sorted(self.files.runs.glob("*/state.db")):
-            # A database without its run row (left by opening a run of another backend)
-            # is not a run.
-            with contextlib.suppress(RunNotFound):
-                try:
-                    found.append(self.load_run(path.parent.name))
-                except DamagedState as err:
-                    found.append(damaged_record(path.parent.name, err))
-        return found
-
-    def list_children(self, run_id: str) -> list[str]:
-        imports = self.files.run_dir(run_id) / "imports"
-        return [f"{run_id}/imports/{p.parent.name}" for p in sorted(imports.glob("*/state.db"))]
-
-    def delete_run(self, run_id: str, *, keep_shared: bool = False) -> None:
-        directory = self.files.run_dir(run_id)
-        self.load_run(run_id)  # RunNotFound unless this backend holds it
-        with self._ready_lock:  # this process's connections to the run's databases
-            inside = [(p, c) for p, c in self._all if p.is_relative_to(directory)]
-            self._all = [(p, c) for p, c in self._all if not p.is_relative_to(directory)]
-            self._ready -= {p for p, _ in inside}
-            cache = self._local.__dict__.get("conns", {})
-            for path, conn in inside:
-                cache.pop(path, None)
-                conn.close()
-        self.files.forget(run_id)
-        if keep_shared or (directory / "run.json").exists():
-            self.files.remove_parts(run_id, ["state.db", "state.db-wal", "state.db-shm"])
-        else:
-            self.files.remove_run_dir(run_id)
-
-    def find_capability(self, token_hash: str, run_id: str | None = None
-                        ) -> tuple[str, dict[str, Any]] | None:
-        if run_id is not None:
-            candidates = [run_id]
-        elif self.files.runs.is_dir():
-            candidates = [str(path.parent.relative_to(self.files.runs))
-                          for path in self.files.runs.rglob("state.db")]
-        else:
-            candidates = []
-        for candidate in candidates:
-            rows = self.fetch(candidate, "SELECT body FROM capabilities WHERE hash = ?",
-                              (token_hash,))
-            if rows:
-                return candidate, _grant(rows[0][0],
-                                         self.table_location(candidate, "capabilities"))
-        return None
-
-    def close(self) -> None:
-        """Close every thread's connections; the last one to close folds the WAL back into
-        the database, so a finished run leaves only ``state.db``."""
-        with self._ready_lock:
-            connections, self._all = self._all, []
-            self._local = threading.local()
-        vacuumed: set[Path] = set()
-        for path, conn in connections:
-            if path not in vacuumed:
-                vacuumed.add(path)
-                conn.execute("PRAGMA busy_timeout = 0")
-                # If another process is writing, the freed pages are simply reused later.
-                with contextlib.suppress(sqlite3.Error):
-                    conn.executescript("PRAGMA incremental_vacuum")
-            conn.close()
-
-
-class PostgresBackend(SqlBackend):
-    """Every run in one PostgreSQL schema (default ``openprose``), through a connection pool.
-    Non-durable transactions use ``synchronous_commit = off``; tables prefixed ``x_`` are
-    never touched."""
-
-    name = "postgres"
-    # Under READ COMMITTED two appends would read the same MAX(segment_number).
-    SEGMENT_LOCK = "SELECT pg_advisory_xact_lock(hashtext(?))"
-
-    def __init__(self, project_root: Path, home: Path, url: str, schema: str = "openprose",
-                 max_connections: int = 16) -> None:
-        super().__init__(project_root, home)
-        try:
-            import psycopg
-            from psycopg_pool import ConnectionPool
-        except ImportError as err:  # pragma: no cover - dependency is declared
-            raise BackendUnavailable(f"psycopg is not installed: {err}") from err
-        check_name(schema, "schema name")
-        self.schema = schema
-        self.prefix = f'"{schema}".'
-        self.raw_cursor = psycopg.RawCursor
-        try:  # one attempt first: a bad URL or an unreachable server is one clear line
-            with psycopg.connect(url, connect_timeout=5) as first:
-                problem = encoding_problem(first)
-        except Exception as err:
-            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(url)}: "
-                                     f"{reason}") from None
-        if problem is not None:
-            raise BackendUnavailable(f"cannot use PostgreSQL at {_redact(url)}: {problem}")
-        self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=False,
-                                   kwargs={"autocommit": True})
-        try:
-            self.pool.open(wait=True, timeout=10)
-        except Exception as err:
-            self.pool.close()
-            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(url)}: "
-                                     f"{err}") from err
-        with self.pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(4242001)")
-            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-            for ddl in tables(self.prefix, "BIGSERIAL PRIMARY KEY", "JSONB",
-                              "to_char(now() at time zone 'utc', "
-                              "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"):
-                conn.execute(ddl)
-            conn.execute(self.q(DRIVER_TABLE))
-            for table, column, kind in ADDED_COLUMNS:
-                conn.execute(f"ALTER TABLE {self.prefix}{table} ADD COLUMN IF NOT EXISTS "
-                             f"{column} {kind}")
-        self._psycopg = psycopg
-        self._url = url
-
-    def q(self, sql: str) -> str:
-        return super().q(sql).replace("?", "%s")
-
-    @contextmanager
-    def tx(self, run_id: str | None, *, durable: bool, scope: str = "run") -> Iterator[Cursor]:
-        with self.pool.connection() as conn, conn.transaction():
-            if not durable:
-                conn.execute("SET LOCAL synchronous_commit = off")
-            yield conn  # type: ignore[misc]
-
-    def fetch(self, run_id: str | None, sql: str, params: tuple[Any, ...] = (),
-              scope: str = "run") -> list[tuple[Any, ...]]:
-        with self.pool.connection() as conn:
-            return conn.execute(self.q(sql), params).fetchall()
-
-    def write(self, run_id: str | None, sql: str, params: tuple[Any, ...], *, durable: bool,
-              scope: str = "run") -> None:
-        # One autocommit round trip. The server's synchronous_commit stays on, so a write
-        # that need not be durable costs the same flush a durable one does; that is cheaper
-        # than the extra round trips of turning it off per transaction.
-        with self.pool.connection() as conn:
-            conn.execute(self.q(sql), params)
-
-    def write_all(self, run_id: str, parts: list[tuple[str, list[tuple[Any, ...]]]], *,
-                  durable: bool) -> None:
-        """Every statement's rows as one multi-row VALUES list, and the statements as one
-        statement of data-modifying CTEs: one round trip however many sessions start or
-        finish together. (An upsert's rows must not repeat a key.)"""
-        statements: list[str] = []
-        params: list[Any] = []
-        for sql, rows in parts:
-            if rows:
-                statements.append(_numbered_values(sql, len(rows), len(params) + 1))
-                params.extend(value for row in rows for value in row)
-        if not statements:
-            return
-        if len(params) > MAX_PARAMETERS:
-            super().write_all(run_id, parts, durable=durable)
-            return
-        *first, last = statements
-        ctes = ", ".join(f"s{i} AS ({sql})" for i, sql in enumerate(first))
-        statement = (f"WITH {ctes} {last}" if ctes else last).replace("{p}", self.prefix)
-        with self.pool.connection() as conn:  # numbered parameters: psycopg parses nothing
-            self.raw_cursor(conn).execute(statement, params)
-
-    def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
-        """A session-level advisory lock on a connection of its own, held until released:
-        PostgreSQL drops it when that connection ends, with the process or otherwise. Who
-        holds it is recorded in the ``driver`` table for a refused driver to read."""
-        key = driver_key(self.schema, run_id)
-        try:
-            conn = self._psycopg.connect(self._url, autocommit=True,
-                                         application_name=f"openprose driver {run_id}")
-        except self._psycopg.Error as err:
-            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(self._url)}: "
-                                     f"{err}") from err
-        try:
-            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-                rows = conn.execute(self.q("SELECT pid, host, since FROM {p}driver"
-                                           " WHERE run_id = ?"), (run_id,)).fetchall()
-                raise RunLocked(run_id, DriverHolder(*rows[0]) if rows else None)
-            conn.execute(self.q("INSERT INTO {p}driver (run_id, pid, host, since)"
-                                " VALUES (?,?,?,?) ON CONFLICT (run_id) DO UPDATE SET"
-                                " pid = excluded.pid, host = excluded.host,"
-                                " since = excluded.since"),
-                         (run_id, holder.pid, holder.host, holder.since))
-        except BaseException:
-            conn.close()
-            raise
-
-        def release() -> None:
-            with contextlib.suppress(self._psycopg.Error):
-                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-            conn.close()
-
-        return release
-
-    def list_runs(self) -> list[RunRecord]:
-        rows = self.fetch(None, self.RUN_COLUMNS + " WHERE position('/imports/' in id) = 0"
-                          " ORDER BY id")
-        return [self._record(row) for row in rows]
-
-    def list_children(self, run_id: str) -> list[str]:
-        prefix = f"{run_id}/imports/"
-        rows = self.fetch(None, "SELECT id FROM {p}run WHERE substr(id, 1, ?) = ?",
-                          (len(prefix), prefix))
-        return sorted(r[0] for r in rows if "/imports/" not in r[0][len(prefix):])
-
-    def delete_run(self, run_id: str, *, keep_shared: bool = False) -> None:
-        self.load_run(run_id)  # RunNotFound unless this backend holds it
-        nested = f"{run_id}/imports/%"
-        with self.tx(run_id, durable=True) as conn:
-            conn.execute(self.q("DELETE FROM {p}run WHERE id = ? OR id LIKE ?"),
-                         (run_id, nested))
-            for table in ("execution", "bindings", "agents", "agent_segments", "imports",
-                          "journal", "frames", "capabilities", "driver"):
-                conn.execute(self.q(f"DELETE FROM {{p}}{table} WHERE run_id = ? OR"
-                                    " run_id LIKE ?"), (run_id, nested))
-        directory = self.files.run_dir(run_id)
-        shared = any((directory / marker).exists() for marker in ("run.json", "state.db"))
-        if directory.is_dir() and not (keep_shared or shared):
-            self.files.remove_run_dir(run_id)
-
-    def find_capability(self, token_hash: str, run_id: str | None = None
-                        ) -> tuple[str, dict[str, Any]] | None:
-        rows = self.fetch(None, "SELECT run_id, body FROM {p}capabilities WHERE hash = ?",
-                          (token_hash,))
-        if not rows:
-            return None
-        return rows[0][0], _grant(rows[0][1], self.table_location(rows[0][0], "capabilities"))
-
-    def close(self) -> None:
-        self.pool.close()
-
-
-# Who holds each run's driver lock (PostgreSQL only: the lock itself is advisory).
-DRIVER_TABLE = ("CREATE TABLE IF NOT EXISTS {p}driver (run_id TEXT PRIMARY KEY,"
-                " pid INTEGER NOT NULL, host TEXT NOT NULL, since TEXT NOT NULL)")
-
-
-def driver_key(schema: str, run_id: str) -> int:
-    """The advisory lock key of a run: 64 bits of a hash of schema and run id."""
-    digest = hashlib.sha256(f"openprose-driver\0{schema}\0{run_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-# PostgreSQL takes at most 65,535 parameters in one statement.
-MAX_PARAMETERS = 60_000
-
-
-def _values_group(sql: str) -> str:
-    start = sql.index("VALUES (") + len("VALUES ")
-    return sql[start : sql.index(")", start) + 1]
-
-
-def _numbered_values(sql: str, rows: int, first: int) -> str:
-    """``INSERT ... VALUES (?,?)`` for ``rows`` rows, in PostgreSQL's numbered parameters
-    from ``$first`` on."""
-    group = _values_group(sql)
-    width = group.count("?")
-    numbered = ",".join("(" + ",".join(f"${first + row * width + column}"
-                                       for column in range(width)) + ")"
-                        for row in range(rows))
-    return sql.replace(group, numbered, 1)
-
-
-def encoding_problem(conn: Any) -> str | None:
-    """Why the database on psycopg connection ``conn`` cannot hold runs, or ``None``. Only
-    UTF8 will do: in any other encoding text would not round-trip (a SQL_ASCII database,
-    which initdb makes when no locale is set, even reads back as bytes)."""
-    encoding = conn.info.parameter_status("server_encoding")
-    if encoding == "UTF8":
-        return None
-    return (f"database {conn.info.dbname!r} has encoding {encoding}, openprose needs UTF8 "
-            "(CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0, or a cluster made "
-            "with initdb -E UTF8 --locale=C.UTF-8 as scripts/pg-up does)")
-
-
-def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':')[0]}:***@{host}"
-    return url

@@ -1,0 +1,244 @@
+"""The PostgreSQL backend: every run in one schema (default ``openprose``), through a
+connection pool; the driver lock is an advisory lock."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from openprose.state.backends.sql import (
+    Cursor,
+    SqlBackend,
+    grant_from_json,
+    tables,
+)
+from openprose.state.driver import DriverHolder, RunLocked
+from openprose.state.errors import BackendUnavailable
+from openprose.state.names import check_name
+from openprose.state.records import RunRecord
+
+# Columns added since the first release: PostgreSQL databases made before get them when
+# opened (SQLite databases are migrated by sqlite_schema).
+ADDED_COLUMNS = (("frames", "call_key", "TEXT"),)
+
+
+class PostgresBackend(SqlBackend):
+    """Every run in one PostgreSQL schema (default ``openprose``), through a connection pool.
+    Non-durable transactions use ``synchronous_commit = off``; tables prefixed ``x_`` are
+    never touched."""
+
+    name = "postgres"
+    # Under READ COMMITTED two appends would read the same MAX(segment_number).
+    SEGMENT_LOCK = "SELECT pg_advisory_xact_lock(hashtext(?))"
+
+    def __init__(self, project_root: Path, home: Path, url: str, schema: str = "openprose",
+                 max_connections: int = 16) -> None:
+        super().__init__(project_root, home)
+        try:
+            import psycopg
+            from psycopg_pool import ConnectionPool
+        except ImportError as err:  # pragma: no cover - dependency is declared
+            raise BackendUnavailable(f"psycopg is not installed: {err}") from err
+        check_name(schema, "schema name")
+        self.schema = schema
+        self.prefix = f'"{schema}".'
+        self.raw_cursor = psycopg.RawCursor
+        try:  # one attempt first: a bad URL or an unreachable server is one clear line
+            with psycopg.connect(url, connect_timeout=5) as first:
+                problem = encoding_problem(first)
+        except Exception as err:
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(url)}: "
+                                     f"{reason}") from None
+        if problem is not None:
+            raise BackendUnavailable(f"cannot use PostgreSQL at {_redact(url)}: {problem}")
+        self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=False,
+                                   kwargs={"autocommit": True})
+        try:
+            self.pool.open(wait=True, timeout=10)
+        except Exception as err:
+            self.pool.close()
+            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(url)}: "
+                                     f"{err}") from err
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(4242001)")
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            for ddl in tables(self.prefix, "BIGSERIAL PRIMARY KEY", "JSONB",
+                              "to_char(now() at time zone 'utc', "
+                              "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"):
+                conn.execute(ddl)
+            conn.execute(self.q(DRIVER_TABLE))
+            for table, column, kind in ADDED_COLUMNS:
+                conn.execute(f"ALTER TABLE {self.prefix}{table} ADD COLUMN IF NOT EXISTS "
+                             f"{column} {kind}")
+        self._psycopg = psycopg
+        self._url = url
+
+    def q(self, sql: str) -> str:
+        return super().q(sql).replace("?", "%s")
+
+    @contextmanager
+    def tx(self, run_id: str | None, *, durable: bool, scope: str = "run") -> Iterator[Cursor]:
+        with self.pool.connection() as conn, conn.transaction():
+            if not durable:
+                conn.execute("SET LOCAL synchronous_commit = off")
+            yield conn  # type: ignore[misc]
+
+    def fetch(self, run_id: str | None, sql: str, params: tuple[Any, ...] = (),
+              scope: str = "run") -> list[tuple[Any, ...]]:
+        with self.pool.connection() as conn:
+            return conn.execute(self.q(sql), params).fetchall()
+
+    def write(self, run_id: str | None, sql: str, params: tuple[Any, ...], *, durable: bool,
+              scope: str = "run") -> None:
+        # One autocommit round trip. The server's synchronous_commit stays on, so a write
+        # that need not be durable costs the same flush a durable one does; that is cheaper
+        # than the extra round trips of turning it off per transaction.
+        with self.pool.connection() as conn:
+            conn.execute(self.q(sql), params)
+
+    def write_all(self, run_id: str, parts: list[tuple[str, list[tuple[Any, ...]]]], *,
+                  durable: bool) -> None:
+        """Every statement's rows as one multi-row VALUES list, and the statements as one
+        statement of data-modifying CTEs: one round trip however many sessions start or
+        finish together. (An upsert's rows must not repeat a key.)"""
+        statements: list[str] = []
+        params: list[Any] = []
+        for sql, rows in parts:
+            if rows:
+                statements.append(_numbered_values(sql, len(rows), len(params) + 1))
+                params.extend(value for row in rows for value in row)
+        if not statements:
+            return
+        if len(params) > MAX_PARAMETERS:
+            super().write_all(run_id, parts, durable=durable)
+            return
+        *first, last = statements
+        ctes = ", ".join(f"s{i} AS ({sql})" for i, sql in enumerate(first))
+        statement = (f"WITH {ctes} {last}" if ctes else last).replace("{p}", self.prefix)
+        with self.pool.connection() as conn:  # numbered parameters: psycopg parses nothing
+            self.raw_cursor(conn).execute(statement, params)
+
+    def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
+        """A session-level advisory lock on a connection of its own, held until released:
+        PostgreSQL drops it when that connection ends, with the process or otherwise. Who
+        holds it is recorded in the ``driver`` table for a refused driver to read."""
+        key = driver_key(self.schema, run_id)
+        try:
+            conn = self._psycopg.connect(self._url, autocommit=True,
+                                         application_name=f"openprose driver {run_id}")
+        except self._psycopg.Error as err:
+            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(self._url)}: "
+                                     f"{err}") from err
+        try:
+            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+                rows = conn.execute(self.q("SELECT pid, host, since FROM {p}driver"
+                                           " WHERE run_id = ?"), (run_id,)).fetchall()
+                raise RunLocked(run_id, DriverHolder(*rows[0]) if rows else None)
+            conn.execute(self.q("INSERT INTO {p}driver (run_id, pid, host, since)"
+                                " VALUES (?,?,?,?) ON CONFLICT (run_id) DO UPDATE SET"
+                                " pid = excluded.pid, host = excluded.host,"
+                                " since = excluded.since"),
+                         (run_id, holder.pid, holder.host, holder.since))
+        except BaseException:
+            conn.close()
+            raise
+
+        def release() -> None:
+            with contextlib.suppress(self._psycopg.Error):
+                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            conn.close()
+
+        return release
+
+    def list_runs(self) -> list[RunRecord]:
+        rows = self.fetch(None, self.RUN_COLUMNS + " WHERE position('/imports/' in id) = 0"
+                          " ORDER BY id")
+        return [self._record(row) for row in rows]
+
+    def list_children(self, run_id: str) -> list[str]:
+        prefix = f"{run_id}/imports/"
+        rows = self.fetch(None, "SELECT id FROM {p}run WHERE substr(id, 1, ?) = ?",
+                          (len(prefix), prefix))
+        return sorted(r[0] for r in rows if "/imports/" not in r[0][len(prefix):])
+
+    def delete_run(self, run_id: str, *, keep_shared: bool = False) -> None:
+        self.load_run(run_id)  # RunNotFound unless this backend holds it
+        nested = f"{run_id}/imports/%"
+        with self.tx(run_id, durable=True) as conn:
+            conn.execute(self.q("DELETE FROM {p}run WHERE id = ? OR id LIKE ?"),
+                         (run_id, nested))
+            for table in ("execution", "bindings", "agents", "agent_segments", "imports",
+                          "journal", "frames", "capabilities", "driver"):
+                conn.execute(self.q(f"DELETE FROM {{p}}{table} WHERE run_id = ? OR"
+                                    " run_id LIKE ?"), (run_id, nested))
+        directory = self.files.run_dir(run_id)
+        shared = any((directory / marker).exists() for marker in ("run.json", "state.db"))
+        if directory.is_dir() and not (keep_shared or shared):
+            self.files.remove_run_dir(run_id)
+
+    def find_capability(self, token_hash: str, run_id: str | None = None
+                        ) -> tuple[str, dict[str, Any]] | None:
+        rows = self.fetch(None, "SELECT run_id, body FROM {p}capabilities WHERE hash = ?",
+                          (token_hash,))
+        if not rows:
+            return None
+        return rows[0][0], grant_from_json(rows[0][1], self.table_location(rows[0][0], "capabilities"))
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+# Who holds each run's driver lock (PostgreSQL only: the lock itself is advisory).
+DRIVER_TABLE = ("CREATE TABLE IF NOT EXISTS {p}driver (run_id TEXT PRIMARY KEY,"
+                " pid INTEGER NOT NULL, host TEXT NOT NULL, since TEXT NOT NULL)")
+
+
+def driver_key(schema: str, run_id: str) -> int:
+    """The advisory lock key of a run: 64 bits of a hash of schema and run id."""
+    digest = hashlib.sha256(f"openprose-driver\0{schema}\0{run_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+# PostgreSQL takes at most 65,535 parameters in one statement.
+MAX_PARAMETERS = 60_000
+
+
+def _values_group(sql: str) -> str:
+    start = sql.index("VALUES (") + len("VALUES ")
+    return sql[start : sql.index(")", start) + 1]
+
+
+def _numbered_values(sql: str, rows: int, first: int) -> str:
+    """``INSERT ... VALUES (?,?)`` for ``rows`` rows, in PostgreSQL's numbered parameters
+    from ``$first`` on."""
+    group = _values_group(sql)
+    width = group.count("?")
+    numbered = ",".join("(" + ",".join(f"${first + row * width + column}"
+                                       for column in range(width)) + ")"
+                        for row in range(rows))
+    return sql.replace(group, numbered, 1)
+
+
+def encoding_problem(conn: Any) -> str | None:
+    """Why the database on psycopg connection ``conn`` cannot hold runs, or ``None``. Only
+    UTF8 will do: in any other encoding text would not round-trip (a SQL_ASCII database,
+    which initdb makes when no locale is set, even reads back as bytes)."""
+    encoding = conn.info.parameter_status("server_encoding")
+    if encoding == "UTF8":
+        return None
+    return (f"database {conn.info.dbname!r} has encoding {encoding}, openprose needs UTF8 "
+            "(CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0, or a cluster made "
+            "with initdb -E UTF8 --locale=C.UTF-8 as scripts/pg-up does)")
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':')[0]}:***@{host}"
+    return url

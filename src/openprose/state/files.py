@@ -1,0 +1,113 @@
+"""Reading and writing state's files safely: never through a symbolic link, atomically
+(temp file + rename), a full disk named as such. Every atomic write in openprose is
+:func:`atomic_write`."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from openprose.state.errors import DamagedState, PathEscapeError, StateDiskFull
+
+_TEMP_NUMBERS = itertools.count()  # temp files: .{name}.{pid}-{number}.tmp
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
+
+
+def read_exact(path: Path) -> str:
+    """A file's text exactly as written (no newline translation: values keep their \\r).
+    Never read through a link (that is a :class:`PathEscapeError`); a directory or bytes
+    that are not UTF-8 are a :class:`DamagedState` naming the file and line."""
+    data = read_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DamagedState(f"{path}:{line}: not UTF-8 text") from None
+
+
+def read_bytes(path: Path) -> bytes:
+    """A regular file's bytes, opened without following a link at its last component."""
+    fd = open_nofollow(path, os.O_RDONLY)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DamagedState(f"{path} is not a regular file (a directory or device where "
+                           "state keeps a file)")
+    with open(fd, "rb") as handle:
+        return handle.read()
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a symbolic link at ``path`` itself."""
+    try:
+        return os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise PathEscapeError(f"{path} is a symbolic link; state is never read or "
+                                  "written through a link") from None
+        if err.errno == errno.EISDIR:
+            raise DamagedState(f"{path} is a directory where state keeps a file") from None
+        raise
+
+
+def atomic_write(path: Path, text: str, *, durable: bool = False, private: bool = False) -> None:
+    """Write ``text`` to ``path`` via a temp file and rename; fsync file and directory if
+    ``durable``. Readers never see a half-written file. A ``private`` file (configuration that
+    may hold secrets) keeps the permissions of the file it replaces, or is its owner's only."""
+    with disk_errors(path):
+        temp, fd = _create_temp(path)
+        try:
+            if private:
+                os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o600)
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data):]
+            if durable:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(temp)
+            raise
+        os.close(fd)
+        os.replace(temp, path)
+        if durable:
+            fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def disk_errors(path: Path) -> Iterator[None]:
+    """A write that fails for want of space is :class:`StateDiskFull`, naming the file."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StateDiskFull(f"cannot write {path}: no space left on the device") from None
+        raise
+
+
+def _create_temp(path: Path) -> tuple[str, int]:
+    """A new temp file beside ``path``, named by process and counter (no random bytes to
+    fetch); a name a crashed process left behind is skipped."""
+    while True:
+        temp = f"{path.parent}{os.sep}.{path.name}.{os.getpid()}-{next(_TEMP_NUMBERS)}.tmp"
+        try:
+            return temp, os.open(temp, _CREATE, 0o644)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return temp, os.open(temp, _CREATE, 0o644)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
