@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from openprose.state import DriverLock, RunLocked, RunNotFound
+from openprose.state import DriverLock, RunLocked, RunNotFound, StateError
+from openprose.state.backends import postgres
 
 HOLD = """\
 import json, sys, time
@@ -184,3 +185,67 @@ def test_a_refusal_never_catches_the_holder_between_locking_and_recording(
         holder.wait()
         holder.stdin.close()
         holder.stdout.close()
+
+
+def test_a_dead_holders_connection_is_waited_for_then_the_lock_taken(pg_stores, program,
+                                                                     project, monkeypatch):
+    """A killed driver's PostgreSQL connection (and its advisory lock) lives on until the
+    server notices the closed socket. Its backend stopped (SIGSTOP) keeps it from noticing:
+    a new driver waits for the backend to end, then takes the run, rather than refusing
+    with a holder that no longer exists."""
+    import psycopg
+
+    store = pg_stores.open()
+    run_id = _run(store, program).id
+    args = [project, "postgres", pg_stores.url, pg_stores.schema, run_id]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, *map(str, args)],
+                              stdout=subprocess.PIPE, text=True)
+    admin = psycopg.connect(pg_stores.url, autocommit=True)
+    name = f"openprose driver {run_id}"
+
+    def backends() -> list[tuple[int, str]]:
+        return admin.execute("SELECT pid, query FROM pg_stat_activity"
+                             " WHERE application_name = %s", (name,)).fetchall()
+
+    taken: list[object] = []
+    stopped = None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        ((stopped, _),) = backends()
+        try:
+            os.kill(stopped, signal.SIGSTOP)
+        except OSError as err:
+            stopped = None
+            pytest.skip(f"cannot stop the server's backend (another machine or user): {err}")
+        holder.kill()
+        holder.wait()
+        with monkeypatch.context() as patch:  # a backend that never ends: a clear refusal
+            patch.setattr(postgres, "BACKEND_END_SECONDS", 0)
+            with pytest.raises(StateError, match=f"pg_terminate_backend\\({stopped}\\)"):
+                store.driver_lock(run_id)
+        second = threading.Thread(
+            target=lambda: taken.append(_outcome(lambda: store.driver_lock(run_id))))
+        second.start()
+        # Until the new driver answers or polls for the old backend to end.
+        while second.is_alive() and not any(pid != stopped and "pg_stat_activity" in query
+                                            for pid, query in backends()):
+            second.join(0.01)
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        holder.stdout.close()
+    second.join(timeout=60)
+    admin.close()
+    (lock,) = taken
+    assert isinstance(lock, DriverLock) and lock.held, lock
+    lock.release()
+
+
+def _outcome(call):
+    try:
+        return call()
+    except Exception as err:  # the test asserts on what it got
+        return err

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
+import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +20,7 @@ from openprose.state.backends.sql import (
     tables,
 )
 from openprose.state.driver import DriverHolder, RunLocked
-from openprose.state.errors import BackendUnavailable
+from openprose.state.errors import BackendUnavailable, StateError
 from openprose.state.names import check_name
 from openprose.state.records import RunRecord
 
@@ -138,7 +141,10 @@ class PostgresBackend(SqlBackend):
             if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
                 rows = conn.execute(self.q("SELECT pid, host, since FROM {p}driver"
                                            " WHERE run_id = ?"), (run_id,)).fetchall()
-                raise RunLocked(run_id, DriverHolder(*rows[0]) if rows else None)
+                found = DriverHolder(*rows[0]) if rows else None
+                if found is None or not _ended_here(found) or \
+                        not _after_backend_ends(conn, key, run_id, found):
+                    raise RunLocked(run_id, found)
             conn.execute(self.q("INSERT INTO {p}driver (run_id, pid, host, since)"
                                 " VALUES (?,?,?,?) ON CONFLICT (run_id) DO UPDATE SET"
                                 " pid = excluded.pid, host = excluded.host,"
@@ -222,6 +228,45 @@ def _numbered_values(sql: str, rows: int, first: int) -> str:
                                        for column in range(width)) + ")"
                         for row in range(rows))
     return sql.replace(group, numbered, 1)
+
+
+BACKEND_END_SECONDS = 30  # how long a dead driver's PostgreSQL connection may take to end
+
+
+def _ended_here(holder: DriverHolder) -> bool:
+    """Whether ``holder`` was a process of this host that no longer exists."""
+    if holder.host != socket.gethostname():
+        return False
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+def _after_backend_ends(conn: Any, key: int, run_id: str, holder: DriverHolder) -> bool:
+    """Take the driver lock ``key`` once the server has ended the connection of its dead
+    holder: a killed process's connection, and the advisory lock with it, lives on until
+    PostgreSQL notices the closed socket. True when the lock is taken; False when another
+    driver took it first. Raises :class:`StateError` when the connection has not ended
+    within :data:`BACKEND_END_SECONDS`."""
+    row = conn.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND classid = %s AND objid = %s",
+        ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+    deadline = time.monotonic() + BACKEND_END_SECONDS
+    while row is not None and conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s",
+                                           (row[0],)).fetchone():
+        if time.monotonic() > deadline:
+            raise StateError(
+                f"run {run_id}: its driver ({holder.describe()}) has ended, but PostgreSQL "
+                f"still holds its lock on connection {row[0]} after {BACKEND_END_SECONDS} s; "
+                f"try again, or end it with SELECT pg_terminate_backend({row[0]})")
+        time.sleep(0.02)  # polls the server: another backend's end cannot be waited on
+    return bool(conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
 
 
 def encoding_problem(conn: Any) -> str | None:
