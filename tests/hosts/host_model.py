@@ -160,20 +160,32 @@ class HostModel:
 
     def session(self, body: dict) -> Reply:
         """Read the context the brief names, write the binding, confirm in one line."""
-        brief = first_user_text(body)
-        token = re.search(r"(?:token: |Token: )(\S+)", brief)
-        task = re.search(r"(?:Your task:\n\n|\nTask:\n)(.*)", brief)
-        assert token and task, f"not a session brief: {brief[:300]}"
+        work = read_brief(first_user_text(body))
         history = calls(body)
-        if not history:
-            names = _context_names(brief)
-            if names:
-                return Reply([ours("read_binding", token=token.group(1), name=name)
-                              for name in names])
+        if not history and work.context:
+            return Reply([ours("read_binding", token=work.token, name=name)
+                          for name in work.context])
         if not any(c.name == "write_binding" for c in history):
-            return Reply([ours("write_binding", token=token.group(1),
-                               value=answer(task.group(1)), summary="done")])
+            return Reply([ours("write_binding", token=work.token, value=answer(work.task),
+                               summary="done")])
         return Reply([text("Written.")])
+
+
+@dataclass(frozen=True)
+class SessionWork:
+    """What a session's brief asks of whoever does it."""
+
+    token: str
+    task: str
+    context: list[str]  # the bindings to read first
+
+
+def read_brief(brief: str) -> SessionWork:
+    """The session token, the task and the context names a brief gives."""
+    token = re.search(r"(?:token: |Token: )(\S+)", brief)
+    task = re.search(r"(?:Your task:\n\n|\nTask:\n)(.*)", brief)
+    assert token and task, f"not a session brief: {brief[:300]}"
+    return SessionWork(token.group(1), task.group(1), _context_names(brief))
 
 
 def _vm_token(history: list[Call]) -> str:
