@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -59,6 +60,9 @@ def test_a_healthy_project_passes_and_the_key_is_never_shown(
     assert found["sqlite"]["status"] == "ok" and "WAL works" in found["sqlite"]["detail"]
     assert found["write access"]["status"] == "ok"
     assert found[".env"]["detail"] == ".prose/.env is git-ignored"
+    if shutil.which("bwrap"):
+        assert found["sandbox"] == {"name": "sandbox", "status": "ok", "fix": "",
+                                    "detail": "shell commands of sessions run in bubblewrap"}
     if project.backend == "postgres":
         assert found["postgresql"]["status"] == "ok"
         assert found["postgresql"]["detail"].startswith("PostgreSQL ")

@@ -58,6 +58,7 @@ class MemJournal:
     writes_wait = False
     bindings: dict = field(default_factory=dict)
     results: dict = field(default_factory=dict)
+    tools: list = field(default_factory=list)
     verdicts: dict = field(default_factory=dict)
     decisions: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
@@ -108,6 +109,9 @@ class MemJournal:
 
     def note(self, key, status, source, line):
         self.notes.append((key, status))
+
+    def record_tool(self, key, call):
+        self.tools.append((key, call))
 
     def child(self, handle, program_text):
         return self

@@ -189,3 +189,85 @@ def test_cache_tokens_are_priced_at_their_own_rates():
     price = model_prices({"OPENPROSE_PRICE_CLAUDE_X_1": "2,10"})["claude-x-1"]
     assert price.cost(usage) == pytest.approx((1000 + 2000 * 1.25 + 10000 * 0.1) * 2 / 1e6
                                               + 100 * 10 / 1e6)
+
+
+def test_a_session_works_on_the_project_under_its_permissions(server, tmp_path):
+    """The real provider, its model faked over HTTP: the session gets the work tools, its
+    permitted edit lands, its refused write and command come back as errors naming the
+    rule, and every call is in the run's journal."""
+    from openprose.engine import runner
+    from openprose.engine.permissions import Policy
+    from openprose.engine.work_tools import WorkSetup
+    from openprose.state import open_store
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (tmp_path / "README.md").write_text("readme\n")
+
+    def use(tid, name, args):
+        return _message([{"type": "tool_use", "id": tid, "name": name, "input": args}],
+                        "tool_use")
+
+    srv = server([
+        (200, {}, use("t1", "read", {"file_path": "src/calc.py"})),
+        (200, {}, use("t2", "edit", {"file_path": "src/calc.py", "old_string": "a - b",
+                                     "new_string": "a + b"})),
+        (200, {}, use("t3", "write", {"file_path": "README.md", "content": "gone"})),
+        (200, {}, use("t4", "bash", {"command": "rm -rf src"})),
+        (200, {}, use("t5", "write_output", {"content": "fixed add"})),
+        (200, {}, _message([{"type": "text", "text": "Done."}], "end_turn")),
+    ])
+    source = ('agent fixer:\n  prompt: "You fix code."\n  permissions:\n'
+              '    write: ["src/**"]\n    bash: deny\n    network: deny\n'
+              'output result = session: fixer\n  prompt: "Fix add"\n')
+    program = compile_or_raise(source, "fix.prose")
+    job = runner.Job(source=source, file="fix.prose", program=program, project_root=tmp_path,
+                     options=Options(work=WorkSetup(Policy(tmp_path))))
+    provider = AnthropicProvider(api_key="k", base_url=srv.url)
+    outcome = asyncio.run(runner.execute(job, provider))
+    assert outcome.status == "completed" and outcome.outputs == {"result": "fixed add"}
+    assert (tmp_path / "src" / "calc.py").read_text().endswith("return a + b\n")
+    assert (tmp_path / "README.md").read_text() == "readme\n"
+    first = srv.requests[0]["body"]
+    names = [tool["name"] for tool in first["tools"]]
+    assert names[:2] == ["read_binding", "write_output"]
+    assert {"read", "write", "edit", "glob", "grep"} <= set(names)
+    assert "bash" not in names and "web_search" not in names  # bash: deny, network: deny
+    assert "write ['src/**']" in first["system"][0]["text"]
+    results = [srv.requests[i]["body"]["messages"][-1]["content"][0] for i in range(1, 5)]
+    assert results[0]["content"].startswith("def add") and not results[0]["is_error"]
+    assert not results[1]["is_error"]
+    assert results[2]["is_error"] and "agent 'fixer' may not write README.md" in \
+        results[2]["content"] and "write: [src/**]" in results[2]["content"]
+    assert results[3]["is_error"] and "(bash: deny)" in results[3]["content"]
+    with open_store(tmp_path, "filesystem") as store:
+        calls = store.open_run(outcome.run_id).tool_calls()
+    assert [(c.meta["tool"], c.status) for c in calls] == [
+        ("read", "allowed"), ("edit", "allowed"), ("write", "refused"), ("bash", "refused")]
+
+
+def test_web_tools_are_offered_for_the_hosts_a_network_list_names(server, tmp_path):
+    from openprose.engine import runner
+    from openprose.engine.permissions import Policy
+    from openprose.engine.work_tools import WorkSetup
+
+    srv = server([(200, {}, _message([{"type": "text", "text": "ok"}], "end_turn"))])
+    source = ('const SPEC = "https://docs.example.com/spec"\n'
+              'agent reader:\n  prompt: "r"\n  permissions:\n    network: [SPEC]\n'
+              'output r = session: reader\n  prompt: "read the spec"\n')
+    job = runner.Job(source=source, file="w.prose", program=compile_or_raise(source, "w.prose"),
+                     project_root=tmp_path, options=Options(work=WorkSetup(Policy(tmp_path))))
+    asyncio.run(runner.execute(job, AnthropicProvider(api_key="k", base_url=srv.url)))
+    tools = {tool["name"]: tool for tool in srv.requests[0]["body"]["tools"]}
+    assert tools["web_fetch"]["allowed_domains"] == ["docs.example.com"]
+    assert tools["web_search"]["allowed_domains"] == ["docs.example.com"]
+
+
+def test_a_session_over_its_turn_limit_fails_naming_the_setting(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENPROSE_MAX_TURNS", "2")
+    loop = _message([{"type": "tool_use", "id": "t", "name": "glob",
+                      "input": {"pattern": "*"}}], "tool_use")
+    srv = server([(200, {}, loop), (200, {}, loop)])
+    provider = AnthropicProvider(api_key="k", base_url=srv.url)
+    with pytest.raises(Exception, match=r"within 2 turns.*OPENPROSE_MAX_TURNS"):
+        _run('output s = session "Go"\n', provider, MemJournal())

@@ -208,6 +208,24 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes] | None:
         return None
 
 
+def check_sandbox(root: Path) -> Check:
+    """Which OS sandbox confines sessions' shell commands (and what happens without one)."""
+    from openprose.engine.permissions import ALLOW_UNSANDBOXED, Grants
+    from openprose.engine.sandbox import detect
+    from openprose.state import settings
+
+    found = detect()
+    if found.confined:
+        return Check("sandbox", "ok", f"shell commands of sessions run in {found.kind}")
+    if Grants.from_settings(settings(root)).unsandboxed:
+        return Check("sandbox", "warn", f"no OS sandbox; {ALLOW_UNSANDBOXED} lets permitted "
+                     "shell commands run unconfined",
+                     "install bubblewrap (Linux: apt-get install bubblewrap)")
+    return Check("sandbox", "warn", "no OS sandbox: sessions' shell commands are refused",
+                 "install bubblewrap (Linux: apt-get install bubblewrap), or allow "
+                 "unconfined commands with --allow-unsandboxed-bash")
+
+
 def check_claude_desktop() -> Check:
     from openprose.cli.host_setup import SERVER_NAME, desktop_config_path
 
@@ -275,7 +293,7 @@ def run_checks(root: Path) -> list[Check]:
         check_python, check_packages, lambda: check_api_key(root),
         lambda: check_postgres(root), lambda: check_sqlite(root),
         lambda: check_writable(root), lambda: check_env_ignored(root),
-        check_claude_desktop, lambda: check_claude_code(root)]
+        lambda: check_sandbox(root), check_claude_desktop, lambda: check_claude_code(root)]
     return [check() for check in checks]
 
 

@@ -147,6 +147,15 @@ def _common(fn: Any) -> Any:
                      help="Print one JSON result: run_id, status, outputs, sessions, tokens."),
         click.option("--project", default=".", show_default=True,
                      help="Project root holding .prose/ (an existing directory)."),
+        click.option("--allow-bash", is_flag=True,
+                     help="Let sessions run shell commands (in the OS sandbox) without asking, "
+                          "where their program says bash: prompt (the default)."),
+        click.option("--allow-network", is_flag=True,
+                     help="Let sessions use the network without asking, where their program "
+                          "says network: prompt (the default)."),
+        click.option("--allow-unsandboxed-bash", "allow_unsandboxed", is_flag=True,
+                     help="Where no OS sandbox exists (no bubblewrap or sandbox-exec), run "
+                          "permitted shell commands unconfined."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -162,7 +171,7 @@ def _common(fn: Any) -> Any:
 @_common
 def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str | None,
                 provider: str | None, script: str | None, max_concurrency: int | None,
-                as_json: bool, project: str) -> None:
+                as_json: bool, project: str, **grants: bool) -> None:
     """Run an OpenProse program (a file, - for stdin, a URL or handle/slug)."""
     root = _project(project, "run")
     source, file = _read_program(file, root, "run")
@@ -193,7 +202,8 @@ def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str 
     job = runner.Job(source=source, file=file, program=result.program, imports=imports,
                      inputs=values, project_root=root, backend=backend or "filesystem")
     _how(job, provider or "anthropic", script, max_concurrency or CONCURRENCY)
-    _execute(job, _provider(job.settings["provider"], script, project), as_json, project)
+    _execute(job, _provider(job.settings["provider"], script, project), as_json, project,
+             grants)
 
 
 def _check_declared(unknown: list[str], program: Any, command: str) -> None:
@@ -214,7 +224,7 @@ def _check_declared(unknown: list[str], program: Any, command: str) -> None:
 def resume_command(run_id: str, inputs: tuple[str, ...], program_file: str | None,
                    backend: str | None, provider: str | None,
                    script: str | None, max_concurrency: int | None, as_json: bool,
-                   project: str) -> None:
+                   project: str, **grants: bool) -> None:
     """Continue an interrupted or failed run: finished sessions are not called again.
     Provider, script, state backend and concurrency are the run's own unless given."""
     from openprose.engine import runner
@@ -240,7 +250,7 @@ def resume_command(run_id: str, inputs: tuple[str, ...], program_file: str | Non
         if job.driver is not None:
             job.driver.release()
         raise
-    _execute(job, chosen, as_json, project)
+    _execute(job, chosen, as_json, project, grants)
 
 
 def _how(job: Any, provider: str, script: str | None, max_concurrency: int) -> None:
@@ -351,7 +361,50 @@ class _Stop:
             os._exit(130)
 
 
-def _execute(job: Any, provider: Any, as_json: bool, project: str) -> None:
+def _consent(as_json: bool, progress: Any) -> Any:
+    """Ask on the terminal whether an agent may do what its program left to ``prompt``:
+    yes, no, or always (this agent, this run). ``None`` without a terminal (nobody can
+    answer: the call is refused, naming the flag that allows it). One question at a time,
+    on a thread of its own, the live progress display stepping aside."""
+    if as_json or sys.stdin is None or not sys.stdin.isatty():
+        return None
+    lock = asyncio.Lock()
+
+    async def consent(request: Any) -> str | None:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[str | None] = loop.create_future()
+        what = "run a shell command" if request.tool == "bash" else "use the network"
+        statement = request.statement.strip().splitlines()[0] if request.statement else ""
+
+        def prompt() -> None:
+            sys.stderr.write(f"\nagent '{request.agent}' wants to {what}\n")
+            if statement:
+                sys.stderr.write(f"  statement: {statement}\n")
+            if request.tool == "bash":
+                sys.stderr.write(f"  command:   {request.subject}\n")
+            while True:
+                line = _read_line("allow? [y]es / [n]o / [a]lways for this agent in this run")
+                word = None if line is None else line.strip().lower()
+                choice = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "a": "always",
+                          "always": "always"}.get(word or "")
+                if line is None or choice is not None:
+                    loop.call_soon_threadsafe(settle, choice)
+                    return
+
+        def settle(choice: str | None) -> None:
+            if not answer.done():
+                answer.set_result(choice)
+
+        async with lock:
+            with progress.paused() if progress is not None else nullcontext():
+                threading.Thread(target=prompt, name="consent", daemon=True).start()
+                return await answer
+
+    return consent
+
+
+def _execute(job: Any, provider: Any, as_json: bool, project: str,
+             grants: dict[str, bool] | None = None) -> None:
     from openprose.engine import runner
     from openprose.engine.errors import MissingInput
     from openprose.engine.progress import Progress
@@ -378,6 +431,13 @@ def _execute(job: Any, provider: Any, as_json: bool, project: str) -> None:
     live = not as_json and sys.stderr.isatty()
     progress = Progress(job.source) if live else None
     job.ask = _asker(as_json, progress)
+    from openprose.engine.work_tools import default_setup
+
+    grants = grants or {}
+    job.work = default_setup(Path(project), consent=_consent(as_json, progress),
+                             bash=grants.get("allow_bash", False),
+                             network=grants.get("allow_network", False),
+                             unsandboxed=grants.get("allow_unsandboxed", False))
     with _Stop(interrupted) as stop:
         try:
             if progress is not None:

@@ -134,6 +134,7 @@ def _print_view(view: Any, segments: dict[Any, int]) -> None:
         for frame in sorted(stack, key=lambda f: -f.execution_id)[:20]:
             out.print(f"  {frame.block} (execution {frame.execution_id}, depth {frame.depth})")
         out.print()
+    _tool_calls(out, view)
     _bindings(out, view)
     if view.agents:
         out.print("[bold]agents[/]")
@@ -198,6 +199,40 @@ def _timeline(out: Any, view: Any) -> None:
         table.add_row(str(first.line or ""), escape(f"{what} ×{len(steps)}"), summary, took,
                       escape(detail))
     out.print(table)
+    out.print()
+
+
+def _tool_calls(out: Any, view: Any) -> None:
+    """What the sessions did to the project: each work-tool call under its session, the
+    refused ones marked, with the rule that decided it."""
+    from rich.markup import escape
+
+    if not view.tools:
+        return
+    steps = {step.key: step for step in view.steps if step.kind == "session"}
+    refused = sum(1 for entry in view.tools if entry.status == "refused")
+    out.print(f"[bold]tool calls[/] ({len(view.tools)}, {refused} refused)")
+    current = None
+    for entry in view.tools:
+        if entry.key != current:
+            current = entry.key
+            step = steps.get(entry.key)
+            line = step.line if step is not None else 0
+            what = _statement(view, line) if line else entry.key
+            out.print(f"  line {line or '?'}: {escape(what)}  [dim]agent "
+                      f"{escape(str(entry.meta.get('agent', '?')))}[/]",
+                      overflow="ellipsis", no_wrap=True)
+        meta = entry.meta
+        mark = "[green]ok[/]     " if entry.status == "allowed" else "[red]REFUSED[/]"
+        subject = " ".join(str(meta.get("subject", "")).split())
+        tail = []
+        if entry.status == "allowed":
+            if meta.get("tool") == "bash":
+                tail.append(f"exit {meta.get('exit_code', '(killed at its timeout)')}")
+            tail.append(_size(meta.get("bytes")))
+        tail.append(f"({meta.get('rule', '')})")
+        out.print(f"    {mark} {escape(str(meta.get('tool', '?')))} {escape(subject)}  "
+                  f"{escape(' '.join(tail))}", overflow="ellipsis", no_wrap=True)
     out.print()
 
 

@@ -30,6 +30,7 @@ from openprose.engine.provider import (
     Verdict,
 )
 from openprose.engine.retry import Sleep, real_sleep
+from openprose.engine.work_tools import TOOLS as WORK_TOOLS
 
 DEFAULT_MODELS = {
     "opus": "claude-opus-5-5",
@@ -37,6 +38,10 @@ DEFAULT_MODELS = {
     "haiku": "claude-haiku-5-5",
 }
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
+#: Model turns one session may take (each a request, most of them tool calls) before it
+#: fails; the setting overrides it.
+DEFAULT_MAX_TURNS = 60
+MAX_TURNS_SETTING = "OPENPROSE_MAX_TURNS"
 JUDGE_READS = 3  # read_binding turns a judgment may take before it must answer
 
 _READ = {
@@ -125,7 +130,7 @@ class AnthropicProvider(Provider):
         models: Mapping[str, str] | None = None,
         default_model: str = "sonnet",
         max_tokens: int = 8192,
-        max_turns: int = 24,
+        max_turns: int | None = None,
         max_retries: int = 5,
         sleep: Sleep = real_sleep,
         env: Mapping[str, str] | None = None,
@@ -145,7 +150,7 @@ class AnthropicProvider(Provider):
         self.prices = model_prices(env)
         self.default_model = default_model
         self.max_tokens = max_tokens
-        self.max_turns = max_turns
+        self.max_turns = max_turns or _turns(env.get(MAX_TURNS_SETTING))
         self.max_retries = max_retries
         self.sleep = sleep
 
@@ -169,6 +174,9 @@ class AnthropicProvider(Provider):
 
     async def run_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:
         tools = [_READ, _WRITE] + ([_MEMORY_READ, _MEMORY_WRITE] if request.persistent else [])
+        work = request.work
+        if work is not None:
+            tools += work.definitions() + await work.server_tools()
         tools = [*tools[:-1], {**tools[-1], "cache_control": {"type": "ephemeral"}}]
         system = [{"type": "text", "text": _session_system(request),
                    "cache_control": {"type": "ephemeral"}}]
@@ -181,6 +189,11 @@ class AnthropicProvider(Provider):
                                           tools=tools, messages=messages,
                                           max_tokens=self.max_tokens)
             usage += self.usage(request.model, response)
+            if response.stop_reason == "pause_turn":  # a long server-tool turn: go on
+                messages.append({"role": "assistant",
+                                 "content": [b.model_dump(exclude_none=True)
+                                             for b in response.content]})
+                continue
             if response.stop_reason != "tool_use":
                 text = "".join(b.text for b in response.content if b.type == "text").strip()
                 if wrote:
@@ -193,12 +206,16 @@ class AnthropicProvider(Provider):
             for block in response.content:
                 if block.type != "tool_use":
                     continue
-                content, failed = _run_tool(block.name, block.input, io, allowed)
+                if work is not None and block.name in WORK_TOOLS:
+                    content, failed = await work.call(block.name, block.input)
+                else:
+                    content, failed = _run_tool(block.name, block.input, io, allowed)
                 wrote = wrote or (block.name == "write_output" and not failed)
                 results.append({"type": "tool_result", "tool_use_id": block.id,
                                 "content": content, "is_error": failed})
             messages.append({"role": "user", "content": results})
-        raise ProviderError(f"session did not finish within {self.max_turns} turns",
+        raise ProviderError(f"session did not finish within {self.max_turns} turns (a turn "
+                            f"is one model request; {MAX_TURNS_SETTING} raises the limit)",
                             retryable=False)
 
     # ----------------------------------------------------------------------- judgments
@@ -271,6 +288,17 @@ class AnthropicProvider(Provider):
         raise AssertionError("unreachable")
 
 
+def _turns(value: str | None) -> int:
+    try:
+        turns = int(value) if value else DEFAULT_MAX_TURNS
+    except ValueError:
+        raise ProviderUnavailable(f"{MAX_TURNS_SETTING}={value!r}: expected a whole number "
+                                  "of model turns per session") from None
+    if turns < 1:
+        raise ProviderUnavailable(f"{MAX_TURNS_SETTING}={value!r}: must be 1 or more")
+    return turns
+
+
 def _retry_after(headers: Mapping[str, str], attempt: int) -> float:
     for name in ("retry-after-ms", "retry-after"):
         raw = headers.get(name)
@@ -313,11 +341,23 @@ def _session_system(request: SessionRequest) -> str:
     if request.persistent:
         lines.append("You are a persistent agent: read your memory first, and before you "
                      "finish replace it with a compact account of what to remember.")
+    if request.work is not None:
+        lines.append(work_note(request))
     if request.skills:
         lines.append("Skills available to you: " + ", ".join(request.skills))
     if request.system:
         lines.append("\n" + request.system)
     return "\n".join(lines)
+
+
+def work_note(request: SessionRequest) -> str:
+    """What the session is told about its work tools and permissions."""
+    perms = request.work.gate.permissions.to_dict() if request.work is not None else {}
+    return ("You work in the project directory with the tools read, write, edit, glob, grep "
+            "and bash (paths relative to the project). Your permissions: read "
+            f"{perms.get('read')}, write {perms.get('write')}, shell {perms.get('bash')}, "
+            f"network {perms.get('network')}; .prose/ is off limits. A refused call comes "
+            "back as an error naming the rule: do not retry it.")
 
 
 def _session_task(request: SessionRequest) -> str:

@@ -34,6 +34,7 @@ from openprose.engine.events import Event, Listener
 from openprose.engine.imports import Imported
 from openprose.engine.journal import Journal, OpenSession, SessionSpec
 from openprose.engine.parallel import join, replay
+from openprose.engine.permissions import Permissions, permissions_of
 from openprose.engine.provider import (
     ContextItem,
     JudgeRequest,
@@ -45,6 +46,7 @@ from openprose.engine.retry import RetryPolicy, Sleep, real_sleep
 from openprose.engine.scope import Scope, Slot
 from openprose.engine.sessions import shape
 from openprose.engine.values import Value
+from openprose.engine.work_tools import WorkSetup, WorkTools
 from openprose.language import nodes as n
 
 DEFAULT_MAX_DEPTH = 100
@@ -61,6 +63,8 @@ class Options:
     #: ``ask(name, prompt)`` -> the value, ``None`` (no answer), or an awaitable of either.
     ask: Callable[[str, str], Any] | None = None
     listener: Listener | None = None
+    #: Work tools for sessions (files, shell, web) and their permission policy.
+    work: WorkSetup | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +380,8 @@ class Interpreter:
         finally:  # opened or not (its branch cancelled, the write failed): no longer opening
             self.emit("session_opened", ctx.path, node)
         memory = handle.io.read_memory() if node.resume else None
+        permissions = self.permissions(merged.permissions, ctx)
+        work = self.work_tools(node, ctx, permissions)
         policy = RetryPolicy(merged.retries, merged.backoff, self.options.retry_base_delay)
         self.totals.in_flight += 1
         self.emit("session_start", ctx.path, node, prompt[:120])
@@ -384,7 +390,8 @@ class Interpreter:
                 request = SessionRequest(
                     key=ctx.path, prompt=prompt, system=system, model=merged.model,
                     agent=node.agent, binding=name, context=tuple(items), memory=memory,
-                    persistent=persist is not None, skills=merged.skills, attempt=attempt)
+                    persistent=persist is not None, skills=merged.skills, attempt=attempt,
+                    permissions=permissions, work=work)
                 try:
                     async with self.semaphore:
                         called = time.monotonic()
@@ -415,6 +422,25 @@ class Interpreter:
         tokens = result.usage.input_tokens + result.usage.output_tokens
         self.emit("session_end", ctx.path, node, tokens=tokens)
         return output
+
+    def permissions(self, blocks: tuple[n.PropertyBlock, ...], ctx: Ctx) -> Permissions | None:
+        """The session's permissions: its own block's keys over its agent's (``None``: the
+        program gives none). Patterns may interpolate bindings or name string consts."""
+        found: Permissions | None = None
+        for block in reversed(blocks):  # the agent's first, then the session's over it
+            mine = permissions_of(block, lambda item: values.to_text(
+                self.static_value(item, ctx.scope)))
+            found = mine.over(found)
+        return found
+
+    def work_tools(self, node: n.Session, ctx: Ctx, permissions: Permissions | None
+                   ) -> WorkTools | None:
+        if self.options.work is None:
+            return None
+        gate = self.options.work.policy.gate(node.agent, permissions, self.source_of(node))
+        key = ctx.path
+        return self.options.work.tools(gate, lambda record: self.journal.record_tool(
+            key, record.to_meta()))
 
     async def open_session(self, spec: SessionSpec) -> OpenSession:
         """Record the intent and grant the capability; off the event loop while other

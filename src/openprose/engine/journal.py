@@ -7,7 +7,7 @@ the state layer directly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from openprose.engine.parallel import Decision
 from openprose.engine.provider import ContextItem, SessionIO, Usage
@@ -99,6 +99,9 @@ class Journal(Protocol):
     def pop_frame(self, execution_id: int) -> None: ...
 
     def note(self, key: str, status: str, source: str, line: int) -> None: ...
+
+    def record_tool(self, key: str, call: dict[str, Any]) -> None:
+        """One work-tool call of the session at ``key`` (allowed or refused), for the audit."""
 
     def child(self, handle: str, program_text: str) -> Journal: ...
 

@@ -12,7 +12,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from openprose.engine.permissions import Permissions
+    from openprose.engine.work_tools import WorkTools
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,11 @@ class SessionRequest:
     persistent: bool = False
     skills: tuple[str, ...] = ()
     attempt: int = 1
+    #: The session's permissions as the program gives them (``None``: no block).
+    permissions: Permissions | None = None
+    #: Its work tools (files, shell) under those permissions; ``None`` where the run has
+    #: none (a host-driven run, an engine embedded without a project).
+    work: WorkTools | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from openprose.engine.plan import Plan, plan
 from openprose.engine.provider import Provider
 from openprose.engine.state_journal import StateJournal, recorded_inputs
 from openprose.engine.values import Value
+from openprose.engine.work_tools import WorkSetup, default_setup
 from openprose.language import compile as compile_program
 from openprose.language import nodes as n
 
@@ -57,6 +58,9 @@ class Job:
     settings: dict[str, Any] = field(default_factory=dict)
     #: How the run was last driven, as recorded (``resume_job`` reads it).
     recorded: dict[str, Any] = field(default_factory=dict)
+    #: Work tools for sessions and their permission policy (default: the project's, with
+    #: the default permissions and nobody to ask).
+    work: WorkSetup | None = None
 
 
 @dataclass
@@ -265,6 +269,8 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
     journal = StateJournal(run, getattr(provider, "record_commit", None),
                            hold_renders=resumed)
     options = job.options or Options(max_concurrency=job.max_concurrency, ask=job.ask)
+    if options.work is None:
+        options.work = job.work or default_setup(job.project_root)
     outcome = Outcome(run.id, "failed")
 
     def record(event: Event) -> None:

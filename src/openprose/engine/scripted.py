@@ -16,6 +16,11 @@ model. Every key is optional::
         fail: 2                # attempts 1 and 2 fail (retryable), attempt 3 succeeds
         error: "rate limited"  # message of those failures
         memory: "new memory"   # persistent agents: memory after the session
+        tools:                 # work-tool calls the session makes first, in order, under
+          - bash: "pytest -q"  # its permissions (refusals come back as results, as they
+          - read: src/app.py   # would to a model); a string is the main argument, a
+          - edit: {file_path: src/app.py, old_string: "-", new_string: "+"}  # mapping all
+                               # of them. Without 'output' the results are the output.
     conditions:                # if/elif/loop conditions, matched on the condition text,
                                # then a newline, then the judgment's context inlined
       - match: "bug-free"
@@ -66,6 +71,7 @@ class _Rule:
     memory: str | None = None
     verdicts: tuple[bool | str, ...] = ()
     reason: str = "scripted"
+    tools: tuple[tuple[str, dict[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +138,11 @@ class ScriptedProvider(Provider):
         if rule is not None and request.attempt <= rule.fail:
             self._log("session", request.key, "fail", request.attempt)
             raise ProviderError(rule.error)
+        done = await self._tools(rule, request) if rule is not None and rule.tools else None
         if rule is not None and match is not None and rule.output is not None:
             output = match.expand(rule.output)
+        elif done is not None:
+            output = done
         elif self.default_output is not None:
             output = self.default_output
         else:
@@ -172,6 +181,22 @@ class ScriptedProvider(Provider):
         return Verdict(value, rule.reason if rule else "scripted default")
 
     # ----------------------------------------------------------------------- helpers
+
+    async def _tools(self, rule: _Rule, request: SessionRequest) -> str:
+        """Make the rule's work-tool calls; their results, as the session's transcript."""
+        if request.work is None:
+            raise ProviderError("this run gives sessions no work tools (scripted 'tools:' "
+                                "need a run started by prose run or run_program)",
+                                retryable=False)
+        parts = []
+        for name, args in rule.tools:
+            text, failed = await request.work.call(name, args)
+            self._log("tool", request.key, "error" if failed else "ok", request.attempt,
+                      f"{name} {json.dumps(args, ensure_ascii=False)}")
+            subject = args.get("command") or args.get("file_path") or args.get("pattern") or ""
+            parts.append(f"$ {name} {subject}\n{text}".rstrip())
+        return "\n\n".join(parts)
+
 
     async def _wait(self, rule: _Rule | None) -> None:
         latency = rule.latency if rule is not None and rule.latency is not None else self.latency
@@ -212,7 +237,10 @@ def _as_bool(value: object) -> bool:
 
 _TOP = ("default_output", "default_verdict", "latency", "call_log", "sessions", "conditions",
         "choices")
-_RULE = ("match", "output", "latency", "fail", "error", "memory", "verdicts", "reason")
+_RULE = ("match", "output", "latency", "fail", "error", "memory", "verdicts", "reason", "tools")
+#: A scripted tool call's main argument, when it is given as a plain string.
+_MAIN_ARG = {"read": "file_path", "write": "file_path", "edit": "file_path",
+             "glob": "pattern", "grep": "pattern", "bash": "command"}
 
 
 def _known(mapping: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
@@ -283,4 +311,29 @@ def _rule(raw: object, section: str, i: int) -> _Rule:
         memory=optional["memory"],
         verdicts=tuple(verdicts),
         reason=_text(raw.get("reason", "scripted"), f"{where}.reason"),
+        tools=_tool_calls(raw.get("tools"), where),
     )
+
+
+def _tool_calls(raw: object, where: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ProviderUnavailable(f"'{where}.tools' must be a list of tool calls, got {raw!r}")
+    calls = []
+    for i, entry in enumerate(raw):
+        at = f"{where}.tools[{i}]"
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise ProviderUnavailable(f"'{at}' must be one tool call such as "
+                                      f"{{bash: \"pytest -q\"}}, got {entry!r}")
+        (name, args), = entry.items()
+        if name not in _MAIN_ARG:
+            raise ProviderUnavailable(f"unknown tool {name!r} in {at} (known: "
+                                      f"{', '.join(_MAIN_ARG)})")
+        if isinstance(args, str):
+            args = {_MAIN_ARG[name]: args}
+        if not isinstance(args, dict):
+            raise ProviderUnavailable(f"'{at}.{name}' must be a string or a mapping of "
+                                      f"arguments, got {args!r}")
+        calls.append((name, dict(args)))
+    return tuple(calls)

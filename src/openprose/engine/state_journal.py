@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from openprose import state
 from openprose.engine.events import Event
@@ -286,6 +286,9 @@ class StateJournal:
 
     def note(self, key: str, status: str, source: str, line: int) -> None:
         self.run.record_result(key, status=status)
+
+    def record_tool(self, key: str, call: dict[str, Any]) -> None:
+        self.run.record_tool(key, call)
 
     def record_imports(self, imports: dict[str, Imported]) -> None:
         for alias, imported in imports.items():

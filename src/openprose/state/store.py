@@ -271,6 +271,7 @@ class Run:
         self._next_anon = 1
         self._usage = Usage()
         self._agents: dict[AgentRef, None] = {}
+        self._tools: list[JournalEntry] = []
         self._load()
 
     # ------------------------------------------------------------------ loading
@@ -294,6 +295,9 @@ class Run:
                 self._live[BindingRef(grant["name"], grant["execution_id"])] = grant["hash"]
 
     def _remember(self, entry: JournalEntry) -> None:
+        if entry.kind == "tool":  # an audit record: never a step's outcome
+            self._tools.append(entry)
+            return
         slot = entry.kind if entry.kind in ("verdict", "decision") else "step"
         previous = self._journal.get((slot, entry.key))
         if previous is not None and previous.kind == "result" and entry.kind == "intent":
@@ -628,6 +632,18 @@ class Run:
 
     def journal_entries(self) -> list[JournalEntry]:
         return list(self._journal.values())
+
+    def record_tool(self, key: str, call: dict[str, Any]) -> None:
+        """A session's work-tool call (allowed or refused, with its rule), durable: the
+        audit of what agents did to the project outlives any crash after it."""
+        entry = JournalEntry(key, "tool", status="allowed" if call.get("allowed") else
+                             "refused", meta={**call, "at": _stamp()})
+        self.backend.append_journal(self.id, entry, durable=True)
+        self._remember(entry)
+
+    def tool_calls(self) -> list[JournalEntry]:
+        """The work-tool calls recorded in this run, in order."""
+        return list(self._tools)
 
     def record_verdict(self, key: str, input_hash: str, value: bool | str, reason: str) -> None:
         entry = JournalEntry(key, "verdict", input_hash, "completed", value=value, reason=reason,

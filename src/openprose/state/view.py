@@ -103,6 +103,8 @@ class RunView:
     agents: list[tuple[AgentRef, str]]
     usage: Usage
     live: dict[int, StatementStatus] = field(default_factory=dict)
+    #: The sessions' work-tool calls (journal records of kind "tool"), in order.
+    tools: list[JournalEntry] = field(default_factory=list)
 
     @property
     def error_line(self) -> int | None:
@@ -142,6 +144,8 @@ class RunView:
             "call_stack": [{"execution_id": f.execution_id, "block": f.block,
                             "depth": f.depth, "status": f.status}
                            for f in self.frames if f.status == "executing"],
+            **({"tool_calls": [{"session": entry.key, **entry.meta} for entry in self.tools]}
+               if self.tools else {}),
         }
 
 
@@ -229,7 +233,8 @@ def load_view(store: StateStore, run_id: str, *, values: bool = True) -> RunView
     return RunView(record.id, store.kind, record.program_path, record.program_source,
                    record.status, record.started, record.updated, record.error, steps,
                    sorted(backend.list_frames(run_id), key=lambda f: f.execution_id),
-                   bindings, _agent_locations(store, run_id, agents), usage)
+                   bindings, _agent_locations(store, run_id, agents), usage,
+                   tools=[entry for entry in entries if entry.kind == "tool"])
 
 
 def _binding_info(store: StateStore, run_id: str, binding: Binding, values: bool
@@ -266,7 +271,7 @@ def view_of_run(run: Run, live: tuple[StatementStatus, ...] = (), *,
                    run.record.started, record.updated if record else run.record.updated,
                    error, steps, run.frames(), bindings,
                    _agent_locations(run.store, run.id, agents), run.usage_totals(),
-                   {s.line: s for s in live})
+                   {s.line: s for s in live}, run.tool_calls())
 
 
 __all__ = ["BindingInfo", "RunView", "Step", "build_steps", "load_view", "usage_of",

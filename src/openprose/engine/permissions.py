@@ -1,0 +1,402 @@
+"""What a session may do to the project: every work-tool call is decided here, before it runs.
+
+An agent's ``permissions:`` block (or a session's own, which overrides it key by key) says
+which paths its file tools may read and write (globs relative to the project; ``/…`` and
+``~/…`` name places outside it), which commands it may run without being asked
+(``execute:``), and whether it may use a shell (``bash:``) and the network (``network:``).
+A key the program leaves out takes its default (:data:`DEFAULTS`):
+
+- reads and writes anywhere inside the project, nothing outside it;
+- ``.prose/`` (the run state, and ``.prose/.env`` with its secrets) is never readable or
+  writable by a session: state changes only through the session's capability tools;
+- shell commands and the network need consent (``prompt``) unless the program or the user
+  (``--allow-bash``, ``--allow-network``, or the settings below) allows them.
+
+A refusal names the agent, the rule and the path or command; the model gets it as an error
+result and the journal records it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MODES = ("allow", "deny", "prompt")
+#: Settings (environment or ``.prose/.env``) that give the user's consent up front.
+ALLOW_BASH = "OPENPROSE_ALLOW_BASH"
+ALLOW_NETWORK = "OPENPROSE_ALLOW_NETWORK"
+ALLOW_UNSANDBOXED = "OPENPROSE_ALLOW_UNSANDBOXED_BASH"
+#: The project's own state: off limits to work tools.
+STATE_DIR = ".prose"
+#: Characters that make a command line more than one command: an ``execute:`` pattern never
+#: vouches for such a line (it is asked for, or refused, like any other).
+_COMPOUND = re.compile(r"[;&|`$<>()\n\\]")
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """A ``permissions:`` block as written (``None``: the key is not given)."""
+
+    read: tuple[str, ...] | None = None
+    write: tuple[str, ...] | None = None
+    execute: tuple[str, ...] | None = None
+    bash: str | None = None
+    network: str | tuple[str, ...] | None = None
+
+    def over(self, base: Permissions | None) -> Permissions:
+        """These permissions with ``base``'s for the keys not given here (a session's own
+        block over its agent's)."""
+        if base is None:
+            return self
+        return Permissions(*(mine if mine is not None else theirs for mine, theirs in
+                             zip(self.fields(), base.fields(), strict=True)))
+
+    def fields(self) -> tuple[Any, ...]:
+        return (self.read, self.write, self.execute, self.bash, self.network)
+
+    def effective(self) -> Permissions:
+        """Every key filled in: given, else the default."""
+        return self.over(DEFAULTS)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The effective permissions as plain data (for a host's brief and for records)."""
+        eff = self.effective()
+        network = eff.network if isinstance(eff.network, str) else list(eff.network or ())
+        return {"read": list(eff.read or ()), "write": list(eff.write or ()),
+                "execute": list(eff.execute or ()), "bash": eff.bash, "network": network,
+                "never": [f"{STATE_DIR}/"]}
+
+
+#: What an agent without a ``permissions:`` block (or a key of it) gets.
+DEFAULTS = Permissions(read=("**",), write=("**",), execute=(), bash="prompt",
+                       network="prompt")
+
+
+@dataclass(frozen=True, slots=True)
+class Grants:
+    """The user's consent given up front (flags or settings): ``prompt`` becomes ``allow``
+    for shell commands / the network; ``unsandboxed`` lets commands run where no OS sandbox
+    exists. A program's explicit ``deny`` stays a denial."""
+
+    bash: bool = False
+    network: bool = False
+    unsandboxed: bool = False
+
+    @classmethod
+    def from_settings(cls, env: Mapping[str, str], *, bash: bool = False,
+                      network: bool = False, unsandboxed: bool = False) -> Grants:
+        return cls(bash or _true(env.get(ALLOW_BASH)),
+                   network or _true(env.get(ALLOW_NETWORK)),
+                   unsandboxed or _true(env.get(ALLOW_UNSANDBOXED)))
+
+
+def _true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The verdict on one call. ``rule`` names what decided it (``write: [src/**]``,
+    ``.prose/ is never writable``, ``bash: deny``, …)."""
+
+    allowed: bool
+    rule: str
+    subject: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentRequest:
+    """What a person is asked: may ``agent`` do ``subject`` (a command, or ``network``)
+    for the statement ``statement``?"""
+
+    agent: str
+    tool: str
+    subject: str
+    statement: str
+
+
+#: Asks a person; answers "yes", "no", "always" (this agent, this run), or ``None`` when
+#: nobody can answer (no terminal, CI, a worker).
+Consent = Callable[[ConsentRequest], "str | Awaitable[str | None] | None"]
+
+
+@dataclass
+class Policy:
+    """Run-wide: the project, the user's grants, who to ask, and the answers "always"
+    given so far (per agent and kind of call)."""
+
+    project: Path
+    grants: Grants = field(default_factory=Grants)
+    consent: Consent | None = None
+    always: set[tuple[str, str]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.project = Path(os.path.realpath(self.project))
+
+    def gate(self, agent: str | None, permissions: Permissions | None,
+             statement: str = "") -> Gate:
+        return Gate(self, agent or "(no agent)", (permissions or Permissions()).effective(),
+                    statement)
+
+
+class Gate:
+    """One session's permissions, applied to each call it makes."""
+
+    def __init__(self, policy: Policy, agent: str, permissions: Permissions,
+                 statement: str) -> None:
+        self.policy = policy
+        self.agent = agent
+        self.permissions = permissions
+        self.statement = statement
+        root = policy.project
+        self.read_patterns = [_absolute(p, root) for p in permissions.read or ()]
+        self.write_patterns = [_absolute(p, root) for p in permissions.write or ()]
+
+    @property
+    def project(self) -> Path:
+        return self.policy.project
+
+    # ------------------------------------------------------------------ paths
+
+    def path(self, path: str, *, write: bool, listing: bool = False
+             ) -> tuple[Decision, Path | None]:
+        """May this session read (or write) ``path``? With the resolved path when allowed.
+        ``listing``: a directory to search (glob, grep) — allowed where reading is allowed
+        somewhere under it; the caller shows only the matches a read would allow."""
+        verb = "write" if write else "read"
+        root = self.project
+        raw = os.path.expanduser(path)
+        lexical = Path(os.path.normpath(raw if os.path.isabs(raw) else root / raw))
+        real = Path(os.path.realpath(lexical))
+        patterns = self.write_patterns if write else self.read_patterns
+        state = root / STATE_DIR
+        if _within(real, state) or _within(lexical, state):
+            rule = f"{STATE_DIR}/ is never {'writable' if write else 'readable'} by a session"
+            return self._refuse(rule, path, f"{verb} {path}"), None
+        inside = _within(real, root)
+        granted = any(p.match(str(real)) or (listing and p.under(real)) for p in patterns)
+        if inside and granted:
+            return Decision(True, f"{verb}: {_shown(patterns, root)}", path), real
+        if not inside:
+            outside_grant = any(p.match(str(real)) and not p.inside
+                                for p in patterns)
+            if outside_grant:
+                return Decision(True, f"{verb}: {_shown(patterns, root)}", path), real
+            if not _within(lexical, root):
+                rule = ("'..' leads outside the project" if ".." in Path(raw).parts
+                        else "outside the project")
+            else:
+                rule = "a symlink leads outside the project"
+            return self._refuse(rule, path, f"{verb} {path}"), None
+        rule = f"{verb}: {_shown(patterns, root)}" if patterns else f"{verb}: []"
+        return self._refuse(rule, path, f"{verb} {path} (not matched)"), None
+
+    def write_roots(self) -> list[Path]:
+        """Where a shell command may write: the existing places the write globs start at
+        (a directory or a file), never ``.prose/``. The OS confines at this grain, so
+        ``docs/**/*.md`` lets a command write anywhere under ``docs/``."""
+        roots: list[Path] = []
+        for pattern in self.write_patterns:
+            base = Path(os.path.realpath(pattern.base))
+            if base.exists() and not _within(base, self.project / STATE_DIR):
+                roots.append(base)
+        return roots
+
+    # ------------------------------------------------------------------ commands, network
+
+    async def command(self, command: str) -> Decision:
+        """May this session run ``command`` (in the sandbox)? Asks when the mode is
+        ``prompt`` and no grant or earlier "always" answers it."""
+        mode = self.permissions.bash or "prompt"
+        if _vouched(command, self.permissions.execute or ()):
+            return Decision(True, f"execute: {list(self.permissions.execute or ())}", command)
+        if mode == "deny":
+            return self._refuse("bash: deny", command, f"run {command!r}")
+        if mode == "allow":
+            return Decision(True, "bash: allow", command)
+        if self.policy.grants.bash:
+            return Decision(True, "bash: prompt, allowed by --allow-bash", command)
+        return await self._ask("bash", command, "bash: prompt", "--allow-bash", ALLOW_BASH)
+
+    async def network(self, *, ask: bool = True) -> Decision:
+        """May this session reach the network (web tools, and the shell's network)?
+        ``ask``: under ``prompt``, ask a person (else refuse without asking)."""
+        mode = self.permissions.network or "prompt"
+        if isinstance(mode, tuple):
+            return Decision(True, f"network: {list(mode)}", "network")
+        if mode == "deny":
+            return self._refuse("network: deny", "network", "use the network")
+        if mode == "allow":
+            return Decision(True, "network: allow", "network")
+        if self.policy.grants.network:
+            return Decision(True, "network: prompt, allowed by --allow-network", "network")
+        if not ask and (self.agent, "network") not in self.policy.always:
+            return self._refuse("network: prompt", "network", "use the network unasked")
+        return await self._ask("network", "network", "network: prompt", "--allow-network",
+                               ALLOW_NETWORK)
+
+    def domains(self) -> tuple[str, ...] | None:
+        """The hosts a ``network: [...]`` list names (``None``: no list)."""
+        mode = self.permissions.network
+        if not isinstance(mode, tuple):
+            return None
+        return tuple(dict.fromkeys(_host(entry) for entry in mode if _host(entry)))
+
+    async def _ask(self, tool: str, subject: str, rule: str, flag: str,
+                   setting: str) -> Decision:
+        key = (self.agent, tool)
+        if key in self.policy.always:
+            return Decision(True, f"{rule}, allowed always for this run", subject)
+        answer = None
+        if self.policy.consent is not None:
+            answer = self.policy.consent(ConsentRequest(self.agent, tool, subject,
+                                                        self.statement))
+            if inspect.isawaitable(answer):
+                answer = await answer
+        what = f"run {subject!r}" if tool == "bash" else "use the network"
+        if answer is None:
+            return self._refuse(rule, subject, f"{what} without consent, and nobody can "
+                                f"answer here; allow it with {flag} or {setting}=1")
+        if answer == "always":
+            self.policy.always.add(key)
+        if answer in ("yes", "always"):
+            return Decision(True, f"{rule}, allowed by the user", subject)
+        return self._refuse(f"{rule}, declined by the user", subject, what)
+
+    def _refuse(self, rule: str, subject: str, what: str) -> Decision:
+        message = f"refused: agent '{self.agent}' may not {what} ({rule})"
+        return Decision(False, rule, subject, message)
+
+
+# ---------------------------------------------------------------------- globs
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """A glob made absolute: ``text`` as shown, ``base`` its literal leading part."""
+
+    text: str
+    regex: re.Pattern[str]
+    base: str
+    inside: bool
+
+    def match(self, path: str) -> bool:
+        return self.regex.match(path) is not None
+
+    def under(self, directory: Path) -> bool:
+        """Whether this pattern can match something inside ``directory``."""
+        base = Path(self.base)
+        return _within(base, directory) or _within(directory, base)
+
+
+def _absolute(pattern: str, root: Path) -> Pattern:
+    raw = os.path.expanduser(pattern.strip())
+    full = raw if os.path.isabs(raw) else os.path.join(str(root), raw)
+    full = os.path.normpath(full)
+    if pattern.strip().endswith("/") and not full.endswith("/"):
+        full += "/**"
+    parts = full.split(os.sep)
+    literal = []
+    for part in parts:
+        if any(c in part for c in "*?["):
+            break
+        literal.append(part)
+    base = os.sep.join(literal) or os.sep
+    return Pattern(pattern, glob_regex(full), base, _within(Path(base), root))
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """A glob as a regex over ``/``-separated paths: ``*`` and ``?`` stay within one
+    component, ``**`` crosses them; a match also covers everything under the matched path
+    (``src`` grants ``src/app.py``)."""
+    out, i = [], 0
+    if pattern.endswith("/**"):  # a directory and everything in it
+        return re.compile(re.escape(pattern[:-3]) + r"(?:/.*)?\Z", re.DOTALL) \
+            if not any(c in pattern[:-3] for c in "*?[") else \
+            re.compile(glob_regex(pattern[:-3]).pattern, re.DOTALL)
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2:]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1:end]
+            body = "^" + body[1:] if body.startswith("!") else body
+            out.append(f"[{body.replace(chr(92), chr(92) * 2)}]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"(?:/.*)?\Z", re.DOTALL)
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def _shown(patterns: list[Pattern], root: Path) -> str:
+    return "[" + ", ".join(p.text for p in patterns) + "]"
+
+
+def _vouched(command: str, patterns: tuple[str, ...]) -> bool:
+    """Whether an ``execute:`` pattern names this whole, simple command line."""
+    line = command.strip()
+    if not patterns or not line or _COMPOUND.search(line):
+        return False
+    return any(glob_regex(p).match(line) for p in patterns)
+
+
+def _host(entry: str) -> str:
+    """``https://host/path`` or ``host`` → ``host``."""
+    text = entry.strip()
+    if "://" in text:
+        text = text.split("://", 1)[1]
+    return text.split("/", 1)[0].split("@")[-1].split(":")[0].lower()
+
+
+# ---------------------------------------------------------------------- from the program
+
+
+def permissions_of(block: Any, value: Callable[[Any], Any]) -> Permissions:
+    """A ``permissions:`` property block (a :class:`~openprose.language.nodes.PropertyBlock`)
+    as :class:`Permissions`; ``value`` evaluates an entry (an interpolated string, the name
+    of a string const) to its text."""
+    from openprose.language import nodes as n
+
+    found: dict[str, Any] = {}
+    for entry in getattr(block, "properties", ()):
+        node = entry.value
+        if entry.name in ("read", "write", "execute") or (
+                entry.name == "network" and isinstance(node, n.Array)):
+            items = node.items if isinstance(node, n.Array) else ()
+            found[entry.name] = tuple(str(value(item)) for item in items)
+        elif entry.name in ("bash", "network"):
+            word = node.id if isinstance(node, n.Name) else getattr(node, "text", None)
+            if word in MODES:
+                found[entry.name] = word
+    return Permissions(**found)
+
+
+def brief_fields(permissions: Permissions | None, skills: tuple[str, ...] = ()
+                 ) -> dict[str, Any]:
+    """The fields a host's brief (``spawn_session``, the guided walk) carries, so a host
+    that enforces permissions (or a model that respects them) knows them."""
+    data: dict[str, Any] = {"permissions": (permissions or Permissions()).to_dict()}
+    if skills:
+        data["skills"] = list(skills)
+    return data

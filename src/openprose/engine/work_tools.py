@@ -1,0 +1,258 @@
+"""The work tools a session gets — read, write, edit, glob, grep, bash — under its
+permissions, each call checked first and recorded.
+
+The file tools are the reference implementations the ``anthropic`` package ships
+(``anthropic.lib.tools.agent_toolset``: confined to the project, symlink-aware, size caps),
+with ``.prose/`` read-only. ``bash`` is ours: every command is a fresh process inside the
+OS sandbox (:mod:`openprose.engine.sandbox`), because the toolset's shell is a persistent,
+unconfined one. Every call — allowed or refused — becomes one :class:`ToolRecord` for the
+run's journal; results are capped before they reach the model.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from anthropic.lib.tools.agent_toolset import AgentToolContext, beta_agent_toolset_20260401
+
+from openprose.engine import sandbox as sandboxes
+from openprose.engine.permissions import STATE_DIR, Consent, Decision, Gate, Grants, Policy
+
+FILE_TOOLS = ("read", "write", "edit", "glob", "grep")
+TOOLS = (*FILE_TOOLS, "bash")
+#: Characters of one tool result the model gets at most.
+RESULT_CAP = 30_000
+MAX_FILE_BYTES = 256 * 1024
+#: Setting: seconds a shell command may take before it is killed.
+COMMAND_TIMEOUT = "OPENPROSE_BASH_TIMEOUT"
+_BASH_KEYS = {"command", "timeout_ms", "restart"}
+_GREP_LINE = re.compile(r"^(.*?):(\d+):")
+#: Anthropic's server tools for the web, offered when the session may use the network.
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 8}
+WEB_FETCH = {"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 8}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRecord:
+    """One call, for the journal: what was asked, what was decided, how it ended."""
+
+    tool: str
+    subject: str
+    allowed: bool
+    rule: str
+    agent: str
+    exit_code: int | None = None
+    bytes: int = 0
+    duration_s: float = 0.0
+
+    def to_meta(self) -> dict[str, Any]:
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+
+@dataclass
+class WorkSetup:
+    """Run-wide: the permission policy, the sandbox and the limits every session shares."""
+
+    policy: Policy
+    sandbox: sandboxes.Sandbox = field(default_factory=sandboxes.detect)
+    command_timeout: float = sandboxes.DEFAULT_TIMEOUT
+    result_cap: int = RESULT_CAP
+    env: Mapping[str, str] | None = None
+
+    def tools(self, gate: Gate, record: Callable[[ToolRecord], None]) -> WorkTools:
+        return WorkTools(self, gate, record)
+
+
+def default_setup(project: Path, env: Mapping[str, str] | None = None, *,
+                  consent: Consent | None = None, bash: bool = False, network: bool = False,
+                  unsandboxed: bool = False) -> WorkSetup:
+    """The work setup of a run in ``project``: the user's grants from flags (``bash``,
+    ``network``, ``unsandboxed``) and settings (``env``: default the project's settings)."""
+    from openprose.state import settings
+
+    env = settings(project) if env is None else env
+    grants = Grants.from_settings(env, bash=bash, network=network, unsandboxed=unsandboxed)
+    timeout = _seconds(env.get(COMMAND_TIMEOUT), sandboxes.DEFAULT_TIMEOUT)
+    return WorkSetup(Policy(project, grants, consent), command_timeout=timeout)
+
+
+def _seconds(value: str | None, default: float) -> float:
+    try:
+        seconds = float(value) if value else default
+    except ValueError:
+        return default
+    return seconds if seconds > 0 else default
+
+
+class WorkTools:
+    """One session's work tools."""
+
+    def __init__(self, setup: WorkSetup, gate: Gate, record: Callable[[ToolRecord], None]
+                 ) -> None:
+        self.setup = setup
+        self.gate = gate
+        self.record = record
+        project = gate.project
+        outside = [Path(p.base) for p in (*gate.read_patterns, *gate.write_patterns)
+                   if not p.inside and Path(p.base).is_dir()]
+        self.context = AgentToolContext(workdir=str(project), allowed_roots=outside,
+                                        read_only_roots=[project / STATE_DIR],
+                                        max_file_bytes=MAX_FILE_BYTES, env={})
+        toolset = beta_agent_toolset_20260401(self.context)
+        self.file_tools = {tool.name: tool for tool in toolset if tool.name in FILE_TOOLS}
+        self.bash_definition = next(tool for tool in toolset if tool.name == "bash").to_dict()
+
+    @property
+    def agent(self) -> str:
+        return self.gate.agent
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """Tool definitions for the Messages API: the ones this session can use at all."""
+        perms = self.gate.permissions
+        names = [name for name in FILE_TOOLS
+                 if name not in ("write", "edit") or perms.write]
+        defs = [self.file_tools[name].to_dict() for name in names]
+        if perms.bash != "deny" or perms.execute:
+            defs.append({**self.bash_definition,
+                         "description": "Run a shell command in the project directory (each "
+                                        "call is a fresh, sandboxed shell)."})
+        return defs
+
+    async def server_tools(self) -> list[dict[str, Any]]:
+        """Web search and fetch (run by Anthropic) when this session may use the network;
+        a ``network: [...]`` list limits them to its hosts."""
+        decision = await self.gate.network()
+        if not decision.allowed:
+            return []
+        domains = self.gate.domains()
+        limit = {"allowed_domains": list(domains)} if domains else {}
+        return [{**WEB_SEARCH, **limit}, {**WEB_FETCH, **limit}]
+
+    async def call(self, name: str, args: Any) -> tuple[str, bool]:
+        """Run one call: (result text, is_error). Never raises for the model's mistakes."""
+        started = time.monotonic()
+        if not isinstance(args, dict):
+            return self._done(name, "", Decision(False, "bad arguments", ""), started,
+                              f"{name}: arguments must be an object"), True
+        if name == "bash":
+            return await self._bash(args, started)
+        if name not in self.file_tools:
+            return f"unknown tool {name}", True
+        return await self._file(name, args, started)
+
+    # ------------------------------------------------------------------ file tools
+
+    async def _file(self, name: str, args: dict[str, Any], started: float
+                    ) -> tuple[str, bool]:
+        write = name in ("write", "edit")
+        key = "file_path" if name in ("read", "write", "edit") else "path"
+        given = args.get(key)
+        subject = str(given) if given is not None else "."
+        if given is not None and not isinstance(given, str):
+            decision = Decision(False, "bad arguments", subject)
+            return self._done(name, subject, decision, started, f"{name}: {key} must be a "
+                              "string"), True
+        decision, resolved = self.gate.path(subject, write=write,
+                                            listing=name in ("glob", "grep"))
+        if not decision.allowed or resolved is None:
+            return self._done(name, subject, decision, started, decision.message), True
+        call_args = dict(args)
+        if given is not None:
+            call_args[key] = str(resolved)
+        try:
+            result = await self.file_tools[name].call(call_args)
+            text, failed = _text(result), False
+        except Exception as err:  # the tool's own refusal or error goes back to the model
+            text, failed = _error_text(err), True
+        if name in ("grep", "glob") and not failed:
+            text = self._readable_lines(text, name)
+        text = text.replace(str(self.gate.project) + "/", "")
+        return self._done(name, subject, decision, started, text, 1 if failed else 0), failed
+
+    def _readable_lines(self, text: str, name: str) -> str:
+        """Drop matches in files this session may not read (a grep over the project must
+        not show what a read of the file would refuse)."""
+        kept = []
+        for line in text.splitlines():
+            found = _GREP_LINE.match(line) if name == "grep" else None
+            path = found.group(1) if found else line
+            if line.startswith("[output truncated") or line == "no matches" or \
+                    self.gate.path(path, write=False)[0].allowed:
+                kept.append(line)
+        return "\n".join(kept) if kept else "no matches"
+
+    # ------------------------------------------------------------------ bash
+
+    async def _bash(self, args: dict[str, Any], started: float) -> tuple[str, bool]:
+        unknown = set(args) - _BASH_KEYS
+        command = args.get("command")
+        if unknown or (command is not None and not isinstance(command, str)):
+            what = f"unknown argument(s) {sorted(unknown)}" if unknown else "command must be text"
+            return self._done("bash", str(command or ""), Decision(False, "bad arguments", ""),
+                              started, f"bash: {what}"), True
+        if args.get("restart"):
+            return "every call is a fresh shell: nothing to restart", False
+        if not command:
+            return "bash: command is required", True
+        decision = await self.gate.command(command)
+        if not decision.allowed:
+            return self._done("bash", command, decision, started, decision.message), True
+        box = self.setup.sandbox
+        if not box.confined and not self.gate.policy.grants.unsandboxed:
+            refused = Decision(False, "no OS sandbox", command,
+                               f"refused: agent '{self.agent}' may not run {command!r} (no OS "
+                               "sandbox here; install bubblewrap, or allow unconfined commands "
+                               "with --allow-unsandboxed-bash or "
+                               "OPENPROSE_ALLOW_UNSANDBOXED_BASH=1)")
+            return self._done("bash", command, refused, started, refused.message), True
+        network = (await self.gate.network(ask=False)).allowed and self.gate.domains() is None
+        timeout = self.setup.command_timeout
+        asked = args.get("timeout_ms")
+        if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
+            timeout = min(timeout, asked / 1000)
+        result = await sandboxes.run(
+            box, command, project=self.gate.project, write_roots=self.gate.write_roots(),
+            network=network, timeout=timeout, cap=self.setup.result_cap, env=self.setup.env)
+        failed = result.exit_code != 0
+        text = result.output if not failed else \
+            f"{result.output}\n[exit status {result.exit_code}]".lstrip("\n")
+        return self._done("bash", command, decision, started, text, result.exit_code,
+                          result.size), failed
+
+    # ------------------------------------------------------------------ records
+
+    def _done(self, tool: str, subject: str, decision: Decision, started: float, text: str,
+              exit_code: int | None = None, size: int | None = None) -> str:
+        text = cap(text, self.setup.result_cap)
+        self.record(ToolRecord(tool, subject, decision.allowed, decision.rule, self.agent,
+                               exit_code, len(text.encode()) if size is None else size,
+                               round(time.monotonic() - started, 3)))
+        return text
+
+
+def cap(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters not shown]"
+
+
+def _text(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    if isinstance(result, list):  # content blocks (an image or PDF read)
+        return "\n".join(block.get("text", f"[{block.get('type')} block]")
+                         for block in result if isinstance(block, dict))
+    return str(result)
+
+
+def _error_text(err: Exception) -> str:
+    content = getattr(err, "content", None)
+    if isinstance(content, str):
+        return content
+    return str(err) or type(err).__name__
