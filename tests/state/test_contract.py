@@ -14,8 +14,8 @@ from openprose.state import (
     AgentRef,
     BindingRef,
     CapabilityError,
+    DepthLimitExceeded,
     NotFoundError,
-    RecursionLimitExceeded,
     RunNotFound,
     StateError,
     StatementStatus,
@@ -263,7 +263,7 @@ def test_frames_depth_and_max_depth(stores, program):
     assert [f.depth for f in (first, second, third)] == [1, 2, 3]
     assert [f.parent for f in (first, second, third)] == [None, first.execution_id,
                                                            second.execution_id]
-    with pytest.raises(RecursionLimitExceeded) as err:
+    with pytest.raises(DepthLimitExceeded) as err:
         run.push_frame("recurse", parent=third.execution_id, max_depth=3)
     assert (err.value.block, err.value.limit) == ("recurse", 3)
     assert "max_depth 3" in str(err.value)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
 
+from openprose.errors import OpenProseError
 from openprose.state.files import atomic_write
 
 SERVER_NAME = "openprose"
@@ -25,7 +26,7 @@ MARKETPLACE_FILE = Path(".claude-plugin") / "marketplace.json"
 LAUNCHER = Path("skill") / "bin" / "prose_mcp.py"
 
 
-class HostSetupError(Exception):
+class HostSetupError(OpenProseError):
     """Setup cannot proceed; the message names the file and the problem."""
 
 

@@ -407,7 +407,7 @@ def _execute(job: Any, provider: Any, as_json: bool, project: str,
              grants: dict[str, bool] | None = None) -> None:
     from openprose.engine import runner
     from openprose.engine.errors import MissingInput
-    from openprose.engine.progress import Progress
+    from openprose.engine.progress import ProgressLine
     from openprose.state import StateError
 
     def started(run_id: str) -> None:
@@ -429,7 +429,7 @@ def _execute(job: Any, provider: Any, as_json: bool, project: str,
         return await runner.execute(job, provider, listener, started)
 
     live = not as_json and sys.stderr.isatty()
-    progress = Progress(job.source) if live else None
+    progress = ProgressLine(job.source) if live else None
     job.ask = _asker(as_json, progress)
     from openprose.engine.work_tools import default_setup
 

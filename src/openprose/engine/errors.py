@@ -8,10 +8,11 @@ program the run fails with :class:`ProgramFailed`, which names the statement's l
 from __future__ import annotations
 
 from openprose.engine.inputs import flag
+from openprose.errors import OpenProseError
 from openprose.language.nodes import Span
 
 
-class EngineError(Exception):
+class EngineError(OpenProseError):
     """Base class for every error the engine raises deliberately."""
 
 

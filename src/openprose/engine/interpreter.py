@@ -49,8 +49,6 @@ from openprose.engine.values import Value
 from openprose.engine.work_tools import WorkSetup, WorkTools
 from openprose.language import nodes as n
 
-DEFAULT_MAX_DEPTH = 100
-
 
 @dataclass(slots=True)
 class Options:
@@ -68,7 +66,7 @@ class Options:
 
 
 @dataclass(frozen=True, slots=True)
-class Frame:
+class CallFrame:
     block: str
     execution_id: int
     depth: int
@@ -80,7 +78,7 @@ class Ctx:
 
     scope: Scope
     path: str
-    frame: Frame | None = None
+    frame: CallFrame | None = None
     error: ProgramError | None = None
 
     def at(self, path: str) -> Ctx:
@@ -758,7 +756,7 @@ class Interpreter:
             raise ValueFault(f"block '{block.name}' takes {len(block.params)} argument(s), "
                              f"got {len(args)}")
         depth = (ctx.frame.depth if ctx.frame else 0) + 1
-        limit = block.max_depth or DEFAULT_MAX_DEPTH
+        limit = block.depth_limit
         if depth > limit:
             raise RecursionLimitExceeded(f"block '{block.name}' exceeded max_depth {limit}")
         path = keys.call(ctx.path, block.name)
@@ -768,7 +766,7 @@ class Interpreter:
         for param, value in bound.items():
             scope.bind_here(param, value, "param")
             self.journal.bind(param, value, "param", eid, self.source_of(node))
-        frame = Frame(block.name, eid, depth)
+        frame = CallFrame(block.name, eid, depth)
         try:
             # Its own task: the body starts on a fresh stack, so recursion through any
             # nesting of constructs reaches max_depth instead of Python's recursion limit.

@@ -16,7 +16,7 @@ from openprose.engine.errors import ParallelFailed, ProgramError, RecursionLimit
 
 
 @dataclass(slots=True)
-class Outcome:
+class BranchOutcome:
     """What each branch (by index) produced, failed with, or whether it was cancelled."""
 
     values: dict[int, Any] = field(default_factory=dict)
@@ -59,7 +59,7 @@ async def join(
     window: int | None = None,
     refill_delay: Callable[[], float] = lambda: 0.0,
     on_decide: Callable[[Decision], None] | None = None,
-) -> Outcome:
+) -> BranchOutcome:
     """Run ``branches`` and return their outcome, or raise :class:`ParallelFailed`.
 
     With a ``window``, at most that many branches are under way at once (a thousand started
@@ -81,7 +81,7 @@ async def join(
 
     for _ in range(window or len(branches)):
         launch()
-    outcome = Outcome()
+    outcome = BranchOutcome()
     needed = count or 1
     try:
         for _ in range(len(branches)):
@@ -124,13 +124,13 @@ async def join(
 
 
 async def replay(branches: list[Callable[[], Coroutine[Any, Any, Any]]], decision: Decision,
-                 on_cancel: Callable[[int], None] = lambda i: None) -> Outcome:
+                 on_cancel: Callable[[int], None] = lambda i: None) -> BranchOutcome:
     """The outcome of a join decided before (in an earlier run of the same program): only
     the branches it took run again (their finished steps are reused); the branches that
     had failed keep their errors; the rest stay cancelled."""
     won = list(decision.won)
     again = await join([branches[i] for i in won])
-    outcome = Outcome(values={won[k]: value for k, value in again.values.items()},
+    outcome = BranchOutcome(values={won[k]: value for k, value in again.values.items()},
                       errors={i: ProgramError(message) for i, message in decision.failed})
     failed = dict(decision.failed)
     for i in range(len(branches)):
@@ -140,7 +140,7 @@ async def replay(branches: list[Callable[[], Coroutine[Any, Any, Any]]], decisio
     return outcome
 
 
-def _settled(outcome: Outcome, strategy: str, on_fail: str, needed: int) -> bool:
+def _settled(outcome: BranchOutcome, strategy: str, on_fail: str, needed: int) -> bool:
     if outcome.errors and on_fail == "fail-fast" and strategy != "any":
         return True
     if strategy == "first":
@@ -151,7 +151,7 @@ def _settled(outcome: Outcome, strategy: str, on_fail: str, needed: int) -> bool
     return False
 
 
-def _failure(outcome: Outcome, strategy: str, on_fail: str, needed: int, total: int
+def _failure(outcome: BranchOutcome, strategy: str, on_fail: str, needed: int, total: int
              ) -> ProgramError | None:
     """The error the join ends with under its failure policy (None: it succeeded)."""
     errors = outcome.errors

@@ -1,6 +1,6 @@
 """``--dry-run``: walk a program without a model and count what a run would spend.
 
-Every session and judgment becomes a :class:`Step` with how many times it can run at most:
+Every session and judgment becomes a :class:`PlannedStep` with how many times it can run at most:
 loops multiply by their max (or the safety limit when they have none), ``for``/pipelines by
 the length of a literal collection (else the count depends on data, ``times`` is ``None``),
 branches of ``if``/``choice`` are all counted (an upper bound). Block calls count the block
@@ -22,7 +22,7 @@ OUTPUT_TOKENS = 1000
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class PlannedStep:
     line: int
     kind: str  # "session" | "judgment"
     text: str
@@ -33,7 +33,7 @@ class Step:
 
 @dataclass(slots=True)
 class Plan:
-    steps: list[Step] = field(default_factory=list)
+    steps: list[PlannedStep] = field(default_factory=list)
 
     @property
     def sessions(self) -> int:
@@ -64,7 +64,7 @@ class Plan:
                            "why": s.why, "model": s.model} for s in self.steps]}
 
 
-def _total(steps: Iterable[Step]) -> int:
+def _total(steps: Iterable[PlannedStep]) -> int:
     """Sum of upper bounds; a data-dependent step counts once (see ``data_dependent``)."""
     return sum(step.times if step.times is not None else 1 for step in steps)
 
@@ -92,11 +92,11 @@ class _Walker:
         if isinstance(node, n.Session):
             merged = shape(node, self.program.agents)
             text = merged.prompt.text if merged.prompt else ""
-            self.plan.steps.append(Step(node.span.line, "session", text, times,
+            self.plan.steps.append(PlannedStep(node.span.line, "session", text, times,
                                         " × ".join(why), merged.model))
             return
         if isinstance(node, n.Discretion):
-            self.plan.steps.append(Step(node.span.line, "judgment", node.text, times,
+            self.plan.steps.append(PlannedStep(node.span.line, "judgment", node.text, times,
                                         " × ".join(why)))
             return
         if isinstance(node, n.Loop):
@@ -139,7 +139,7 @@ class _Walker:
         if block is None:
             return
         if block.name in self.calling:
-            self.plan.steps.append(Step(node.span.line, "session", f"recursive do {block.name}",
+            self.plan.steps.append(PlannedStep(node.span.line, "session", f"recursive do {block.name}",
                                         None, " × ".join((*why, "recursion"))))
             return
         self.calling = (*self.calling, block.name)

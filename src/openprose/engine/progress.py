@@ -12,7 +12,7 @@ from rich.text import Text
 from openprose.engine.events import Event
 
 
-class Progress:
+class ProgressLine:
     """An event listener that redraws one status line on stderr."""
 
     def __init__(self, source: str) -> None:
@@ -22,7 +22,7 @@ class Progress:
         self.live = Live(Text(""), console=Console(stderr=True), refresh_per_second=8,
                          transient=True)
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> ProgressLine:
         self.live.start()
         return self
 

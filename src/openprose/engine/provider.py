@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from openprose.engine.permissions import Permissions
     from openprose.engine.work_tools import WorkTools
 
+from openprose.state.models import Usage
+
 
 @dataclass(frozen=True, slots=True)
 class ContextItem:
@@ -69,20 +71,6 @@ class JudgeRequest:
     round: int = 0
     program: str = ""
     read: Callable[[str], str] | None = field(default=None, compare=False, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cost_usd + other.cost_usd,
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from openprose.errors import OpenProseError
 from openprose.language.nodes import Span
 
 
@@ -75,7 +76,7 @@ def _clip(line: str, column: int) -> tuple[str, int]:
     return head + line[start:end] + tail, column - start + len(head)
 
 
-class CompileError(Exception):
+class CompileError(OpenProseError):
     """Raised by :func:`openprose.language.compile_or_raise` when a program has errors."""
 
     def __init__(self, diagnostics: list[Diagnostic], source: str | None = None) -> None:

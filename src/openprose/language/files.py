@@ -7,11 +7,13 @@ import os
 import stat
 from pathlib import Path
 
+from openprose.errors import OpenProseError
+
 #: The largest program file read from disk (main programs' imports and their contracts).
 MAX_PROGRAM_BYTES = 1024 * 1024
 
 
-class ProgramFileError(ValueError):
+class ProgramFileError(OpenProseError, ValueError):
     """A local file that cannot be read as a program; the message says why."""
 
 

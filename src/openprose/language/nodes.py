@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 
+# How deep calls of a block nest when it names no ``max_depth`` (the one definition: the
+# engine, the state contract and the guided outline all read it through BlockDef.depth_limit).
+DEFAULT_MAX_DEPTH = 100
 
 @dataclass(frozen=True, slots=True)
 class Span:
@@ -293,6 +296,11 @@ class BlockDef(Node):
     params: tuple[str, ...]
     body: tuple[Stmt, ...]
     max_depth: int | None = None
+
+    @property
+    def depth_limit(self) -> int:
+        """How deep calls of this block may nest: its ``max_depth``, else the default."""
+        return self.max_depth or DEFAULT_MAX_DEPTH
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
+from openprose.errors import OpenProseError
 from openprose.language import nodes as n
 from openprose.language.diagnostics import Diagnostic, Severity
 from openprose.language.lexer import T, Token, tokenize
@@ -37,7 +38,7 @@ COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 MAX_NESTING = 64  # blocks, brackets and unary operators; keeps every later pass off the C stack
 
 
-class ParseError(Exception):
+class ParseError(OpenProseError):
     def __init__(self, diagnostic: Diagnostic) -> None:
         super().__init__(diagnostic.message)
         self.diagnostic = diagnostic

@@ -8,7 +8,8 @@ from typing import Any
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
 
-from openprose.mcp_server.engine_runs import Progress
+from openprose.mcp_server.engine_runs import RunProgress
+from openprose.mcp_server.results import OutputRef
 
 
 class ContextRef(BaseModel):
@@ -50,11 +51,6 @@ class PendingItem(BaseModel):
         return "\n".join(lines)
 
 
-class OutputRef(BaseModel):
-    name: str
-    location: str
-
-
 class ProgressInfo(BaseModel):
     line: int
     statement: str
@@ -64,7 +60,7 @@ class ProgressInfo(BaseModel):
     verdicts: int
 
     @classmethod
-    def of(cls, progress: Progress) -> ProgressInfo:
+    def of(cls, progress: RunProgress) -> ProgressInfo:
         return cls(line=progress.line, statement=progress.statement,
                    sessions_done=progress.done, sessions_in_flight=progress.in_flight,
                    sessions_reused=progress.reused, verdicts=progress.verdicts)
@@ -126,7 +122,7 @@ class RunList(BaseModel):
     runs: list[RunEntry]
 
 
-class Diagnostic(BaseModel):
+class DiagnosticInfo(BaseModel):
     file: str | None
     code: str
     severity: str
@@ -139,7 +135,7 @@ class Diagnostic(BaseModel):
 
 class CompileReport(BaseModel):
     ok: bool
-    diagnostics: list[Diagnostic]
+    diagnostics: list[DiagnosticInfo]
 
 
 def compact(result: BaseModel, text: str) -> CallToolResult:

@@ -23,7 +23,7 @@ Watcher = Callable[[Event], None]
 
 
 @dataclass
-class Progress:
+class RunProgress:
     """What a run has done so far, from the engine's events."""
 
     line: int = 0
@@ -64,7 +64,7 @@ class EngineRun:
     mode: str  # guided | delegated
     provider: Provider
     job: runner.Job
-    progress: Progress = field(default_factory=Progress)
+    progress: RunProgress = field(default_factory=RunProgress)
     outcome: runner.Outcome | None = None
     watchers: list[Watcher] = field(default_factory=list)
     on_end: Callable[[EngineRun], Any] | None = None

@@ -35,6 +35,7 @@ from openprose.engine import (
     Verdict,
 )
 from openprose.engine.events import Event
+from openprose.errors import OpenProseError
 
 SESSION_PREFIX = "gs_"
 JUDGMENT_PREFIX = "gj_"
@@ -51,7 +52,7 @@ def is_guided_token(token: str) -> bool:
     return token.startswith((SESSION_PREFIX, JUDGMENT_PREFIX))
 
 
-class ItemRefused(Exception):
+class ItemRefused(OpenProseError):
     """A host call on a pending item that cannot be applied; the message says why."""
 
 

@@ -71,7 +71,6 @@ class Outline:
                 if (s.binds == name or name in s.names) and s.block == block]
 
 
-DEFAULT_MAX_DEPTH = 100
 
 
 def build(program: n.Program, source: str) -> Outline:
@@ -84,7 +83,7 @@ def build(program: n.Program, source: str) -> Outline:
                     if s.binding_kind == "output" and s.binds and s.block is None)
     return Outline(walker.out, tuple(d.name for d in program.inputs), tuple(dict.fromkeys(outputs)),
                    {name: _agent(a) for name, a in program.agents.items()},
-                   {name: Block(b.name, b.params, b.max_depth or DEFAULT_MAX_DEPTH)
+                   {name: Block(b.name, b.params, b.depth_limit)
                     for name, b in program.blocks.items()})
 
 

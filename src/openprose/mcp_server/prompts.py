@@ -20,6 +20,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from openprose import prompts
+from openprose.errors import OpenProseError
 from openprose.language import compile as compile_program
 from openprose.state import postgres_url
 
@@ -28,7 +29,7 @@ STATE_MODES = (*TOOL_MODES, "in-context")
 INLINE = "(inline program)"
 
 
-class PromptError(ValueError):
+class PromptError(OpenProseError, ValueError):
     """A prompt's arguments name no usable program; the message says why and where."""
 
 

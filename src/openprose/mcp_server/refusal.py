@@ -8,16 +8,17 @@ from contextlib import contextmanager
 
 from mcp.server.mcpserver.exceptions import ToolError
 
+from openprose.errors import OpenProseError
 from openprose.mcp_server.outline import Statement
 from openprose.state import (
     CapabilityError,
+    DepthLimitExceeded,
     NotFoundError,
-    RecursionLimitExceeded,
     StateError,
 )
 
 
-class Refusal(ToolError):
+class Refusal(ToolError, OpenProseError):
     """``refused (rule: RULE): DETAIL [statement ID, line N]``."""
 
     def __init__(self, rule: str, detail: str, statement: Statement | None = None) -> None:
@@ -44,7 +45,7 @@ def state_errors(what: str, statement: Statement | None = None) -> Iterator[None
         raise Refusal(exc.rule, str(exc).rsplit(" (rule:", 1)[0], statement) from None
     except NotFoundError as exc:
         raise Refusal("a call names what the run has", str(exc), statement) from None
-    except RecursionLimitExceeded as exc:
+    except DepthLimitExceeded as exc:
         raise Refusal("a block's frames nest at most max_depth deep", str(exc),
                       statement) from None
     except (StateError, ValueError) as exc:

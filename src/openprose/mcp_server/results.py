@@ -163,7 +163,7 @@ class PendingInfo(BaseModel):
     execution_id: int | None
 
 
-class BindingInfo(BaseModel):
+class BindingEntry(BaseModel):
     name: str
     execution_id: int | None
     kind: str
@@ -191,7 +191,7 @@ class StatusResult(BaseModel):
     position: list[StatusEntry]
     frames: list[FrameInfo]
     pending: list[PendingInfo]
-    bindings: list[BindingInfo]
+    bindings: list[BindingEntry]
     verdicts: list[VerdictInfo]
 
 

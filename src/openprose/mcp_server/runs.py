@@ -84,7 +84,7 @@ class Pending:
 
 
 @dataclass
-class Written:
+class KeptWrite:
     """A session's write, kept to answer a resend with the first confirmation."""
 
     value_hash: str
@@ -99,7 +99,7 @@ class DrivenRun:
     mode: str
     vm_hash: str | None
     pending: dict[str, Pending] = field(default_factory=dict)  # by session key
-    written: dict[str, Written] = field(default_factory=dict)
+    written: dict[str, KeptWrite] = field(default_factory=dict)
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     sequence: Counter[tuple[str, int]] = field(default_factory=Counter)
     completed: dict[tuple[str, int], BindingRef] = field(default_factory=dict)

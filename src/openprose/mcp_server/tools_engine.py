@@ -34,10 +34,9 @@ from openprose.mcp_server.engine_results import (
     CancelResult,
     CompileReport,
     ContextRef,
-    Diagnostic,
+    DiagnosticInfo,
     FailAck,
     NextStep,
-    OutputRef,
     PendingItem,
     ProgressInfo,
     RunEntry,
@@ -50,7 +49,7 @@ from openprose.mcp_server.engine_runs import EngineRun, EngineRuns, prepare
 from openprose.mcp_server.guided import HostProvider, Item, ItemRefused, SessionItem
 from openprose.mcp_server.prompts import PromptError, program_text
 from openprose.mcp_server.refusal import Refusal
-from openprose.mcp_server.results import ReadResult, WriteResult
+from openprose.mcp_server.results import OutputRef, ReadResult, WriteResult
 from openprose.mcp_server.runs import DRIVER_KEY, DrivenRun
 from openprose.mcp_server.sampling import SamplingProvider
 from openprose.state import BindingRef, StateError, settings
@@ -599,7 +598,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
         except (PromptError, OSError, UnicodeDecodeError) as exc:
             raise ToolError(f"compile_program: {exc}") from None
         compiled = compile_source(source, path or "<program>")
-        diagnostics = [Diagnostic.model_validate(d.to_dict()) for d in compiled.diagnostics]
+        diagnostics = [DiagnosticInfo.model_validate(d.to_dict()) for d in compiled.diagnostics]
         text = "\n".join(d.format(source).split("\n")[0] for d in compiled.diagnostics)
         return compact(CompileReport(ok=compiled.ok, diagnostics=diagnostics),
                        text or "no diagnostics: the program compiles")

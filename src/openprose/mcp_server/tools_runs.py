@@ -15,7 +15,7 @@ from openprose.mcp_server.outline import build
 from openprose.mcp_server.prompts import PromptError, program_text
 from openprose.mcp_server.refusal import Refusal, refuse_all
 from openprose.mcp_server.results import (
-    BindingInfo,
+    BindingEntry,
     CompleteResult,
     FrameInfo,
     OutputRef,
@@ -71,7 +71,7 @@ def status_of(driven: DrivenRun) -> StatusResult:
                         parent=f.parent) for f in run.frames() if f.status != "completed"]
     pending = [PendingInfo(statement=p.statement.id, binding=p.ref.name,
                            execution_id=p.ref.execution_id) for p in driven.pending.values()]
-    bindings = [BindingInfo(name=ref.name, execution_id=ref.execution_id, kind=kind)
+    bindings = [BindingEntry(name=ref.name, execution_id=ref.execution_id, kind=kind)
                 for ref, kind in run.binding_index()]
     verdicts = [VerdictInfo(key=entry.key.removeprefix(SESSION_PREFIX), value=entry.value,
                             reason=entry.reason)

@@ -22,8 +22,8 @@ from openprose.mcp_server.results import (
 from openprose.mcp_server.runs import (
     VM_PREFIX,
     DrivenRun,
+    KeptWrite,
     Pending,
-    Written,
     digest,
     session_key,
 )
@@ -285,7 +285,7 @@ async def _session_write(ctx: ServerContext, token: str, name: str, value: str, 
     result = WriteResult(binding=ref.name, location=binding.location or
                          driven.run.binding_location(ref), execution_id=ref.execution_id,
                          bytes=len(value.encode()), summary=summary or None)
-    driven.written[digest(token)] = Written(digest(value), result)
+    driven.written[digest(token)] = KeptWrite(digest(value), result)
     hooks = ctx.modes.get(driven.mode)
     if hooks is not None:
         await hooks.session_written(ctx, driven, pending, binding)

@@ -84,13 +84,11 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         if call is not None and call.kind != "call_block":
             raise Refusal("push_frame's statement is a block call", f"statement {call.id} is "
                           f"a {call.kind} statement", call)
-        depth = 1
         if parent is not None:
             with state_errors("push_frame"):
                 caller = driven.run.frame(parent)
             if caller.status == "completed":
                 raise Refusal("a frame's parent is a live frame", f"frame {parent} was popped")
-            depth = caller.depth + 1
         given, copied = dict(args or {}), dict(args_from or {})
         both = sorted(set(given) & set(copied))
         if both:
@@ -109,10 +107,6 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 raise Refusal("args_from names bindings visible from the parent frame",
                               f"no binding '{source}' for parameter '{param}'", call)
             given[param] = found.value
-        if depth > definition.max_depth:
-            raise Refusal("a block's frames nest at most max_depth deep",
-                          f"RecursionLimitExceeded: block '{block}' exceeded max_depth "
-                          f"{definition.max_depth}", call)
         source = call.source if call is not None else f"do {block}"
         with state_errors("push_frame", call):
             frame = driven.run.push_frame(block, {k: v[:ARG_PREVIEW] for k, v in given.items()},

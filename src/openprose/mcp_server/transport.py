@@ -30,6 +30,7 @@ import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 from anyio.streams.memory import MemoryObjectSendStream
 
+from openprose.errors import OpenProseError
 from openprose.state.config import settings
 
 if TYPE_CHECKING:  # the SDK loads only once the settings and the port are known to be good
@@ -52,7 +53,7 @@ ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message],
                    Awaitable[None]]
 
 
-class TransportError(RuntimeError):
+class TransportError(OpenProseError, RuntimeError):
     """The server cannot be reached as asked (port taken, bad token setting); says why."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from openprose.errors import OpenProseError
 
-class StateError(Exception):
+
+class StateError(OpenProseError):
     """Base class for every state-layer error."""
 
 
@@ -31,7 +33,7 @@ class RunNotFound(NotFoundError):
     """No run with this id exists in the store."""
 
 
-class RecursionLimitExceeded(StateError):
+class DepthLimitExceeded(StateError):
     """Pushing a frame would exceed the block's max_depth."""
 
     def __init__(self, block: str, limit: int) -> None:

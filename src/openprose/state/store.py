@@ -20,14 +20,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from openprose.language.nodes import DEFAULT_MAX_DEPTH
 from openprose.state.backends.base import Backend, CommitStep
 from openprose.state.driver import DriverHolder, DriverLock
 from openprose.state.errors import (
     CapabilityError,
     DamagedState,
+    DepthLimitExceeded,
     InvalidNameError,
     NotFoundError,
-    RecursionLimitExceeded,
     StateError,
 )
 from openprose.state.models import (
@@ -57,7 +58,6 @@ from openprose.state.names import (
 )
 from openprose.state.records import RunRecord
 
-DEFAULT_MAX_DEPTH = 100
 ANON_PREFIX = "anon_"
 
 
@@ -344,7 +344,7 @@ class Run:
                     raise NotFoundError(f"no frame with execution_id {parent}")
                 depth = self._frames[parent].depth + 1
             if depth > max_depth:
-                raise RecursionLimitExceeded(block, max_depth)
+                raise DepthLimitExceeded(block, max_depth)
             earlier = self._frames.get(self._frame_keys.pop(key, -1)) if key else None
             if earlier is not None and (earlier.block, earlier.parent) == (block, parent):
                 frame = replace(earlier, status="executing", args=dict(args or {}))
