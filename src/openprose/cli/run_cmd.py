@@ -5,7 +5,8 @@ The program is a file, ``-`` (read from stdin), an ``https://`` URL or registry 
 
 Exit status: 0 the run completed, 1 the program failed, 2 usage problems or compile errors
 (diagnostics shown), 3 the run paused at an ``input`` nobody could answer (resume it with the
-value), 130 interrupted (the run stays consistent and resumable).
+value), 4 the run stopped at its budget (resumable with a higher one), 130 interrupted (the
+run stays consistent and resumable).
 """
 
 from __future__ import annotations
@@ -153,6 +154,12 @@ def _common(fn: Any) -> Any:
         click.option("--allow-network", is_flag=True,
                      help="Let sessions use the network without asking, where their program "
                           "says network: prompt (the default)."),
+        click.option("--max-tokens", type=click.IntRange(1), default=None,
+                     help="Stop the run before a new session once it has used this many "
+                          "tokens (resume: the run's own unless given; OPENPROSE_MAX_TOKENS)."),
+        click.option("--max-cost", type=click.FloatRange(0, min_open=True), default=None,
+                     help="Stop the run before a new session once it has cost this many US "
+                          "dollars (needs OPENPROSE_PRICE_*; OPENPROSE_MAX_COST)."),
         click.option("--allow-unsandboxed-bash", "allow_unsandboxed", is_flag=True,
                      help="Where no OS sandbox exists (no bubblewrap or sandbox-exec), run "
                           "permitted shell commands unconfined."),
@@ -171,7 +178,7 @@ def _common(fn: Any) -> Any:
 @_common
 def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str | None,
                 provider: str | None, script: str | None, max_concurrency: int | None,
-                as_json: bool, project: str, **grants: bool) -> None:
+                as_json: bool, project: str, **grants: Any) -> None:
     """Run an OpenProse program (a file, - for stdin, a URL or handle/slug)."""
     root = _project(project, "run")
     source, file = _read_program(file, root, "run")
@@ -202,6 +209,7 @@ def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str 
     job = runner.Job(source=source, file=file, program=result.program, imports=imports,
                      inputs=values, project_root=root, backend=backend or "filesystem")
     _how(job, provider or "anthropic", script, max_concurrency or CONCURRENCY)
+    _budget(job, grants.pop("max_tokens"), grants.pop("max_cost"), root, "run")
     _execute(job, _provider(job.settings["provider"], script, project), as_json, project,
              grants)
 
@@ -224,7 +232,7 @@ def _check_declared(unknown: list[str], program: Any, command: str) -> None:
 def resume_command(run_id: str, inputs: tuple[str, ...], program_file: str | None,
                    backend: str | None, provider: str | None,
                    script: str | None, max_concurrency: int | None, as_json: bool,
-                   project: str, **grants: bool) -> None:
+                   project: str, **grants: Any) -> None:
     """Continue an interrupted or failed run: finished sessions are not called again.
     Provider, script, state backend and concurrency are the run's own unless given."""
     from openprose.engine import runner
@@ -245,6 +253,8 @@ def resume_command(run_id: str, inputs: tuple[str, ...], program_file: str | Non
         script = was.get("script")
     _how(job, provider, script, max_concurrency or was.get("max_concurrency") or CONCURRENCY)
     try:
+        _budget(job, grants.pop("max_tokens") or was.get("max_tokens"),
+                grants.pop("max_cost") or was.get("max_cost"), root, "resume")
         chosen = _provider(provider, script, project, "resume")
     except BaseException:
         if job.driver is not None:
@@ -260,6 +270,28 @@ def _how(job: Any, provider: str, script: str | None, max_concurrency: int) -> N
     job.settings = {"provider": provider,
                     "script": str(Path(script).resolve()) if script else None,
                     "max_concurrency": max_concurrency}
+
+
+def _budget(job: Any, max_tokens: int | None, max_cost: float | None, root: Path,
+            command: str) -> None:
+    """The run's budget: flags, else (resume) what the run recorded, else the settings;
+    recorded with the run so a resume keeps it unless raised."""
+    from openprose.engine.interpreter import Budget
+    from openprose.state import settings
+
+    env = settings(root)
+    try:
+        max_tokens = max_tokens or (int(env["OPENPROSE_MAX_TOKENS"])
+                                    if env.get("OPENPROSE_MAX_TOKENS") else None)
+        max_cost = max_cost or (float(env["OPENPROSE_MAX_COST"])
+                                if env.get("OPENPROSE_MAX_COST") else None)
+    except ValueError as err:
+        _refuse(command, f"OPENPROSE_MAX_TOKENS / OPENPROSE_MAX_COST: not a number ({err})")
+    if max_tokens is None and max_cost is None:
+        return
+    job.budget = Budget(max_tokens, max_cost)
+    job.settings.update({key: value for key, value in
+                         (("max_tokens", max_tokens), ("max_cost", max_cost)) if value})
 
 
 def resume_hint(run_id: str, project: str = ".") -> str:
@@ -476,6 +508,10 @@ def _print_outcome(outcome: Any, project: str) -> None:
         shown = f" ({prompt})" if prompt else ""
         click.echo(f"paused at input '{name}'{shown}; continue with: "
                    f"{resume_hint(outcome.run_id, project)} {flag(name)}", err=True)
+    elif outcome.status == "over_budget":
+        click.echo(f"stopped: {outcome.error}", err=True)
+        click.echo(f"resume with a higher budget: {resume_hint(outcome.run_id, project)} "
+                   "--max-tokens N (or --max-cost USD)", err=True)
     elif outcome.error:
         click.echo(f"error: {outcome.error}", err=True)
         if not outcome.usage_error:

@@ -103,6 +103,11 @@ class InputPaused(EngineError):
         self.prompt = prompt
 
 
+class BudgetExhausted(EngineError):
+    """The run reached its ``--max-tokens`` / ``--max-cost``: no new session starts, and the
+    run stops, resumable (with a higher budget)."""
+
+
 class ResumeMismatch(EngineError):
     """A resumed run's program no longer matches what the run recorded."""
 

@@ -18,6 +18,7 @@ from typing import Any
 from openprose.engine import inputs as input_rules
 from openprose.engine import judging, keys, values
 from openprose.engine.errors import (
+    BudgetExhausted,
     InputPaused,
     MemoryMissing,
     MissingInput,
@@ -63,6 +64,30 @@ class Options:
     listener: Listener | None = None
     #: Work tools for sessions (files, shell, web) and their permission policy.
     work: WorkSetup | None = None
+    #: The run's token and cost limits (``None``: none).
+    budget: Budget | None = None
+
+
+@dataclass(slots=True)
+class Budget:
+    """At most ``max_tokens`` tokens (input and output) and ``max_cost`` US dollars for the
+    whole run, ``spent`` counting what it used before this process drove it."""
+
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    spent: Usage = field(default_factory=Usage)
+
+    def exceeded(self, used: Usage) -> str | None:
+        """Why no new session may start after ``used`` more, or ``None``."""
+        total = self.spent + used
+        tokens = total.input_tokens + total.output_tokens
+        if self.max_tokens is not None and tokens >= self.max_tokens:
+            return (f"the run has used {tokens:,} tokens, its --max-tokens is "
+                    f"{self.max_tokens:,}")
+        if self.max_cost is not None and total.cost_usd >= self.max_cost:
+            return (f"the run has cost ${total.cost_usd:.4f}, its --max-cost is "
+                    f"${self.max_cost:.4f}")
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,6 +394,10 @@ class Interpreter:
                       f"W011 {self.file or '<program>'}:{node.span.line}:{node.span.column}: "
                       f"'session: {node.agent}' starts fresh although the agent has memory "
                       f"(use 'resume: {node.agent}' to continue it)")
+        if self.options.budget is not None:
+            over = self.options.budget.exceeded(self.totals.usage)
+            if over is not None:
+                raise BudgetExhausted(f"budget reached: {over}; no new session was started")
         spec = SessionSpec(ctx.path, digest, name, kind, ctx.execution_id, self.source_of(node),
                            node.span.line, refs, node.agent if persist else None, persist,
                            tuple(items))

@@ -17,6 +17,7 @@ from typing import Any
 from openprose import state
 from openprose.engine import inputs as input_rules
 from openprose.engine.errors import (
+    BudgetExhausted,
     EngineError,
     InputPaused,
     MissingInput,
@@ -26,9 +27,9 @@ from openprose.engine.errors import (
 )
 from openprose.engine.events import Event, Listener
 from openprose.engine.imports import Imported, ImportLoader, resolve
-from openprose.engine.interpreter import Interpreter, Options
+from openprose.engine.interpreter import Budget, Interpreter, Options
 from openprose.engine.plan import Plan, plan
-from openprose.engine.provider import Provider
+from openprose.engine.provider import Provider, Usage
 from openprose.engine.state_journal import StateJournal, recorded_inputs
 from openprose.engine.values import Value
 from openprose.engine.work_tools import WorkSetup, default_setup
@@ -61,12 +62,15 @@ class Job:
     #: Work tools for sessions and their permission policy (default: the project's, with
     #: the default permissions and nobody to ask).
     work: WorkSetup | None = None
+    #: The run's token and cost limits.
+    budget: Budget | None = None
 
 
 @dataclass
 class Outcome:
     run_id: str
-    status: str  # completed | failed | interrupted | paused (waiting for an input)
+    #: completed | failed | interrupted | paused (waiting for an input) | over_budget
+    status: str
     outputs: dict[str, Value] = field(default_factory=dict)
     sessions: int = 0
     reused: int = 0
@@ -86,6 +90,8 @@ class Outcome:
             return 130
         if self.status == "paused":
             return 3
+        if self.status == "over_budget":
+            return 4
         return 2 if self.usage_error else 1
 
     def to_dict(self) -> dict[str, Any]:
@@ -271,6 +277,11 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
     options = job.options or Options(max_concurrency=job.max_concurrency, ask=job.ask)
     if options.work is None:
         options.work = job.work or default_setup(job.project_root)
+    if options.budget is None and job.budget is not None:
+        options.budget = job.budget
+    if options.budget is not None:
+        spent = run.usage_totals()
+        options.budget.spent = Usage(spent.input_tokens, spent.output_tokens, spent.cost_usd)
     outcome = Outcome(run.id, "failed")
 
     def record(event: Event) -> None:
@@ -291,6 +302,8 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
     except InputPaused as err:
         outcome.status, outcome.error = "paused", str(err)
         outcome.waiting_for = (err.name, err.prompt)
+    except BudgetExhausted as err:  # stopped, resumable with a higher budget
+        outcome.status, outcome.error = "over_budget", str(err)
     except ResumeMismatch as err:  # a refusal: the run stays exactly as it was
         outcome.error, outcome.usage_error, refused = str(err), True, True
     except MissingInput as err:
@@ -312,8 +325,8 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
     outcome.tokens = totals.usage.input_tokens + totals.usage.output_tokens
     outcome.cost_usd = totals.usage.cost_usd
     if not refused:  # a paused run is recorded as interrupted: resumable, waiting for input
-        journal.finish("interrupted" if outcome.status == "paused" else outcome.status,
-                       outcome.error)
+        journal.finish("interrupted" if outcome.status in ("paused", "over_budget")
+                       else outcome.status, outcome.error)
     store.close()
     return outcome
 
