@@ -20,14 +20,20 @@ PROSE = Path(sys.executable).with_name("prose")
 TOOL_PREFIX = "mcp__plugin_openprose_openprose__"
 
 
-def claude_executable() -> str:
-    """The ``claude`` command, or skip (fail under CI=true) when it is not installed."""
-    found = os.environ.get("OPENPROSE_TEST_CLAUDE") or shutil.which("claude")
+def required_tool(command: str, variable: str, what: str) -> str:
+    """``command`` from ``variable`` or PATH, or skip (fail under CI=true, where .ci/run has
+    installed it) when it is missing."""
+    found = os.environ.get(variable) or shutil.which(command)
     if found:
         return found
     if os.environ.get("CI") == "true":
-        pytest.fail("Claude Code is required when CI=true: .ci/run installs it from npm")
-    pytest.skip("Claude Code ('claude') is not installed; .ci/run installs it")
+        pytest.fail(f"{what} is required when CI=true: .ci/run installs it from npm")
+    pytest.skip(f"{what} ('{command}') is not installed; .ci/run installs it")
+
+
+def claude_executable() -> str:
+    """The ``claude`` command, or skip (fail under CI=true) when it is not installed."""
+    return required_tool("claude", "OPENPROSE_TEST_CLAUDE", "Claude Code")
 
 
 def claude_env(home: Path, api_url: str | None = None,

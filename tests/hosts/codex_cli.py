@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.hosts.claude_code import required_tool
 
 from openprose.cli.host_setup import SERVER_NAME, client_entries, server_entry
 
@@ -24,12 +23,7 @@ KEY_VARIABLE = "OPENPROSE_TEST_FAKE_KEY"
 
 def codex_executable() -> str:
     """The ``codex`` command, or skip (fail under CI=true) when it is not installed."""
-    found = os.environ.get("OPENPROSE_TEST_CODEX") or shutil.which("codex")
-    if found:
-        return found
-    if os.environ.get("CI") == "true":
-        pytest.fail("Codex CLI is required when CI=true: .ci/run installs it from npm")
-    pytest.skip("Codex CLI ('codex') is not installed; .ci/run installs it")
+    return required_tool("codex", "OPENPROSE_TEST_CODEX", "Codex CLI")
 
 
 def write_config(codex_home: Path, api_url: str, prose: Path, project: Path) -> None:

@@ -265,3 +265,15 @@ async def test_stdio_carries_megabyte_messages_both_ways(project: Path) -> None:
             for _ in range(3):
                 group.start_soon(read)
     assert reads == [value] * 3
+
+
+async def test_serve_state_option_is_the_backend_of_runs_started_without_one(
+        project: Path) -> None:
+    params = StdioServerParameters(command=PROSE, args=[
+        "serve", "--project", str(project), "--state", "sqlite"], env={"HOME": str(project.parent)})
+    async with Client(params, mode="legacy") as client:
+        result = await client.call_tool("start_run", {"program": "research.prose",
+                                                      "inputs": {"topic": "tides"}})
+    assert not result.is_error, result.content
+    assert result.structured_content["backend"] == "sqlite"
+    assert (project / ".prose" / "runs" / result.structured_content["run_id"] / "state.db").is_file()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from openprose.cli.bundle import build_bundle
 from openprose.cli.host_setup import (
     SERVER_NAME,
     HostSetupError,
@@ -26,6 +27,9 @@ from openprose.cli.host_setup import (
 @click.option("--claude-desktop", "target", flag_value="desktop",
               help="Add the openprose server to Claude Desktop's claude_desktop_config.json "
                    "(other entries kept, a backup written first).")
+@click.option("--bundle", "target", flag_value="bundle",
+              help="Build openprose.mcpb, Claude Desktop's one-click bundle (it asks for the "
+                   "project folder and the state backend).")
 @click.option("--claude-code", "target", flag_value="code",
               help="Print the 'claude plugin' and 'claude mcp add' lines for Claude Code, and "
                    "record this prose for the plugin's server to start.")
@@ -36,14 +40,23 @@ from openprose.cli.host_setup import (
                                       "and keeps runs in.")
 @click.option("--config", "config", type=click.Path(dir_okay=False, path_type=Path),
               help="Claude Desktop config file to edit (default: the platform's location).")
-def install_skill_command(target: str, project: Path, config: Path | None) -> None:
+@click.option("--output", type=click.Path(path_type=Path), default=Path("openprose.mcpb"),
+              show_default=True, help="Where --bundle writes the bundle (a file or a folder).")
+def install_skill_command(target: str, project: Path, config: Path | None,
+                          output: Path) -> None:
     """Connect a chat host to the OpenProse MCP server.
 
-    Claude Desktop gets an 'openprose' entry under mcpServers with the absolute path of this
-    prose executable; running it again changes nothing. Claude Code gets the plugin (skill,
+    Claude Desktop gets a one-click bundle (--bundle: open openprose.mcpb with Claude Desktop),
+    or an 'openprose' entry under mcpServers with the absolute path of this prose executable;
+    running it again changes nothing. Claude Code gets the plugin (skill,
     /prose command and server) through its marketplace, or the server alone.
     """
     try:
+        if target == "bundle":
+            built = build_bundle(output)
+            click.echo(f"Built {built}: open it with Claude Desktop (Settings > Extensions, or "
+                       "double-click) and choose the project folder and the state backend.")
+            return
         executable = prose_executable()
         root = project.resolve()
         if not root.is_dir():

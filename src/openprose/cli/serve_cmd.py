@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import anyio
 import click
 
+from openprose.state import BACKENDS
+
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
@@ -23,7 +25,10 @@ EXIT_INTERRUPTED = 130
 @click.option("--http", "http_port", type=click.IntRange(0, 65535), metavar="PORT",
               help="Serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio (0 picks a "
                    "free port). Clients must send the bearer token.")
-def serve_command(project: Path, http_port: int | None) -> None:
+@click.option("--state", "backend", type=click.Choice(BACKENDS), default="filesystem",
+              show_default=True, help="State backend of the runs a host starts without naming "
+                                      "one (start_run, run_program).")
+def serve_command(project: Path, http_port: int | None, backend: str) -> None:
     """Serve OpenProse to MCP hosts (Claude Desktop, Claude Code, …).
 
     By default the server speaks MCP over stdin/stdout, as hosts start it. With --http it
@@ -50,11 +55,11 @@ def serve_command(project: Path, http_port: int | None) -> None:
 
     try:
         if http_port is None:
-            signum = anyio.run(serve_stdio, _server(root))
+            signum = anyio.run(serve_stdio, _server(root, backend))
         else:
             token = configured_token(root)
             sock = bind_loopback(http_port)
-            mcp = _server(root)  # loaded before the address is announced
+            mcp = _server(root, backend)  # loaded before the address is announced
             host, port = sock.getsockname()[:2]
             click.echo(f"prose serve: MCP over HTTP at http://{host}:{port}{MCP_PATH} "
                        f"(project {root})", err=True)
@@ -73,10 +78,10 @@ def serve_command(project: Path, http_port: int | None) -> None:
         sys.exit(128 + signum)
 
 
-def _server(root: Path) -> MCPServer:
+def _server(root: Path, backend: str) -> MCPServer:
     """The server for ``root``; the SDK is loaded only now, once the options proved good."""
     from openprose.mcp_server.server import create_server
 
-    server = create_server(root)
+    server = create_server(root, backend=backend)
     logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's per-session chatter
     return server

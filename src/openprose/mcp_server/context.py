@@ -56,6 +56,7 @@ class ServerContext:
     modes: dict[str, Mode] = field(default_factory=dict)
     watcher: RunWatcher | None = None
     session_routes: list[SessionRoute] = field(default_factory=list)
+    default_backend: str = "filesystem"  # prose serve --state
 
     def session_route(self, token: str) -> SessionRoute | None:
         """The route owning ``token`` when it is not a state-layer session token."""

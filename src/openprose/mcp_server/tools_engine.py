@@ -469,7 +469,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     async def run_program(
         program: str, context: Context,
         asked: Annotated[ElicitationResult[BaseModel], Resolve(ask_inputs)],
-        inputs: dict[str, str] | None = None, state: Backend = "filesystem",
+        inputs: dict[str, str] | None = None, state: Backend = ctx.default_backend,
         provider: ProviderName | None = None, max_concurrency: int = 16, wait: bool = True,
         script: str | None = None,
     ) -> Annotated[CallToolResult, RunReport]:

@@ -113,7 +113,7 @@ def compile_errors(errors: list) -> str:
 def register(mcp: MCPServer, ctx: ServerContext) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def start_run(program: str, inputs: dict[str, str] | None = None,
-                        backend: Backend = "filesystem", mode: str = HOST
+                        backend: Backend = ctx.default_backend, mode: str = HOST
                         ) -> Annotated[CallToolResult, StartResult]:
         """Start a run you step as its VM. program: a .prose path in the project or source
         text. Returns your VM token and the outline (statement ids for the other tools)."""
