@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pty
 import select
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,6 +102,51 @@ def test_ctrl_c_at_an_input_prompt_interrupts_at_once(tmp_path):
 
     with open_store(tmp_path) as store:
         assert store.open_run(run_dir.name).status == "interrupted"
+
+
+def _tgkill() -> Any:
+    """glibc's tgkill (a signal to one thread of another process), or None."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).tgkill
+    except (AttributeError, OSError):
+        return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir() or _tgkill() is None,
+                    reason="needs Linux's /proc and glibc's tgkill")
+def test_ctrl_c_delivered_to_the_prompt_thread_still_interrupts(tmp_path):
+    """The kernel hands a process's signal to any thread that does not block it, here the
+    one reading the terminal: the run must stop as if the main thread had got it."""
+    proc, parent = _spawn(tmp_path, 'let a = session "first"\ninput topic: "What next?"\n'
+                                    'let b = session "second"\n',
+                          "default_output: ok\ncall_log: calls.jsonl\n")
+    try:
+        _read_until(parent, b"What next?")
+        others = [int(tid.name) for tid in Path(f"/proc/{proc.pid}/task").iterdir()
+                  if int(tid.name) != proc.pid]
+        assert others, "the prompt runs on a thread of its own"
+        # the thread reading the terminal (the others, if any, wait elsewhere)
+        reader = next((tid for tid in others if _syscall(proc.pid, tid) in READ_SYSCALLS),
+                      others[0])
+        assert _tgkill()(proc.pid, reader, signal.SIGINT) == 0
+        rest = _read_until(parent, b"prose resume")
+        assert proc.wait(timeout=30) == 130, rest.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(parent)
+    assert len(_calls(tmp_path)) == 1  # "second" never ran
+
+
+READ_SYSCALLS = {"0", "63"}  # read(2) on x86-64 and on arm64
+
+
+def _syscall(pid: int, tid: int) -> str:
+    """The number of the system call thread ``tid`` waits in ("" if it cannot be told)."""
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/syscall").read_text().split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 @pytest.mark.skipif(not hasattr(pty, "openpty"), reason="needs a pseudo-terminal")

@@ -12,10 +12,12 @@ run stays consistent and resumable).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 from contextlib import nullcontext
@@ -354,7 +356,13 @@ class _Stop:
     """Ctrl-C and SIGTERM end a run alike: the first cancels it (the engine records what
     finished, marks the run interrupted and releases it), a second while it winds down says
     so, a third leaves at once. The signals are taken over for the whole run, so none lands
-    in the middle of the wind-down or of the closing message."""
+    in the middle of the wind-down or of the closing message.
+
+    The kernel may deliver a signal to any thread, such as the one waiting at an input
+    prompt; Python then runs the handler only once the main thread next executes bytecode,
+    and an idle event loop sleeps on. So the signal also writes a byte to a socket the loop
+    watches (``signal.set_wakeup_fd``, from whichever thread the kernel chose): the loop
+    wakes, and the handler runs."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -364,8 +372,14 @@ class _Stop:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task[Any] | None = None
         self.previous: dict[int, Any] = {}
+        self.wakeup = socket.socketpair()
+        self.previous_wakeup = -1
 
     def __enter__(self) -> _Stop:
+        for end in self.wakeup:
+            end.setblocking(False)
+        self.previous_wakeup = signal.set_wakeup_fd(self.wakeup[1].fileno(),
+                                                    warn_on_full_buffer=False)
         for sig in self.SIGNALS:
             self.previous[sig] = signal.signal(sig, self._signalled)
         return self
@@ -374,12 +388,27 @@ class _Stop:
         for sig, handler in self.previous.items():
             # Leaving with status 130: a late signal must not cut that short.
             signal.signal(sig, signal.SIG_IGN if self.count else handler)
+        signal.set_wakeup_fd(self.previous_wakeup)
+        for end in self.wakeup:
+            end.close()
 
     def attach(self, task: asyncio.Task[Any]) -> None:
-        """The task running the run (a signal that came earlier cancels it now)."""
+        """The task running the run (a signal that came earlier cancels it now); the loop
+        running it wakes at every signal. :meth:`detach` when the task ends."""
         self.loop, self.task = asyncio.get_running_loop(), task
+        self.loop.add_reader(self.wakeup[0].fileno(), self._drain)
         if self.count:
             task.cancel()
+
+    def detach(self) -> None:
+        if self.loop is not None:
+            self.loop.remove_reader(self.wakeup[0].fileno())
+
+    def _drain(self) -> None:
+        """Empty the wakeup socket: waking the loop was its whole purpose."""
+        with contextlib.suppress(OSError):
+            while self.wakeup[0].recv(512):
+                pass
 
     def _signalled(self, signum: int, frame: Any) -> None:
         self.count += 1
@@ -458,7 +487,10 @@ def _execute(job: Any, provider: Any, as_json: bool, project: str,
         task = asyncio.current_task()
         assert task is not None
         stop.attach(task)
-        return await runner.execute(job, provider, listener, started)
+        try:
+            return await runner.execute(job, provider, listener, started)
+        finally:
+            stop.detach()
 
     live = not as_json and sys.stderr.isatty()
     progress = ProgressLine(job.source) if live else None
