@@ -1,7 +1,8 @@
 """A scripted "host model" for Claude Code that follows the open-prose skill: the main agent
-activates the skill, starts the run with our tools and hands every session to a subagent
-(Claude Code's ``Agent`` tool, all of a parallel block's sessions in one message); each
-subagent reads its context and writes its own binding with ``write_binding``.
+activates the skill, starts the run with our tools and hands every session's handle to a
+subagent (Claude Code's ``Agent`` tool, all of a parallel block's sessions in one message); each
+subagent reads its brief with ``get_brief``, its context with ``read_binding`` and writes its
+own binding with ``write_binding``.
 
 The policy is a function of the request alone (Claude Code resends the whole conversation each
 turn), so it works however the host interleaves its main agent and subagents. A session's
@@ -22,8 +23,8 @@ from tests.hosts.fake_messages import Block, Reply, text, tool_use
 REFERENCE_SCRIPT = {"sessions": [{"match": r"\A([^\n]*)", "output": r"result: \1"}]}
 #: The plugin's agent type for sessions (skill/agents/session.md).
 SESSION_AGENT = "openprose:session"
-#: Both briefs (a guided next_step item, an embodied spawn_session) end this way.
-SESSION_MARK = "write_binding(token, value=<your complete"
+#: How the skill tells the main agent to start a session's subagent (both modes).
+SESSION_MARK = "OpenProse session: call get_brief(token="
 
 
 def answer(task: str) -> str:
@@ -83,7 +84,9 @@ def ours(tool: str, **arguments: Any) -> Block:
     return tool_use(TOOL_PREFIX + tool, arguments)
 
 
-def subagent(prompt: str, name: str) -> Block:
+def subagent(token: str, name: str) -> Block:
+    """The main agent's hand-over: the handle's token, never a brief."""
+    prompt = f'{SESSION_MARK}"{token}") and do what the brief says.'
     return tool_use("Agent", {"description": f"OpenProse session {name}", "prompt": prompt,
                               "subagent_type": SESSION_AGENT, "run_in_background": False})
 
@@ -128,7 +131,8 @@ class HostModel:
         pending = step.get("pending", [])
         sessions = [item for item in pending if item["kind"] == "session"]
         if sessions:
-            return Reply([subagent(item["brief"], item["binding"]) for item in sessions])
+            assert all(len(json.dumps(item)) <= 300 for item in sessions), sessions
+            return Reply([subagent(item["token"], item["binding"]) for item in sessions])
         if pending:
             return Reply([ours("submit_verdict", token=item["token"], value=True,
                                reason="it holds") for item in pending])
@@ -143,7 +147,8 @@ class HostModel:
         last = history[-1]
         if last.name == "spawn_session":
             spawned = [c for c in history if c.turn == last.turn]
-            return Reply([subagent(c.data["brief"], c.input["statement"]) for c in spawned])
+            return Reply([subagent(c.data["session_token"], c.input["statement"])
+                          for c in spawned])
         if last.name == "complete_run":
             return Reply([text(f"The program finished: {last.data.get('status')}.")])
         done = {c.input["statement"] for c in history if c.name == "spawn_session"}
@@ -159,14 +164,21 @@ class HostModel:
     # ------------------------------------------------------------------ a subagent
 
     def session(self, body: dict) -> Reply:
-        """Read the context the brief names, write the binding, confirm in one line."""
-        work = read_brief(first_user_text(body))
+        """Read the brief, then the context it names, write the binding, confirm in one
+        line."""
+        handed = re.search(r'get_brief\(token="([^"]+)"\)', first_user_text(body))
+        assert handed, f"not a session hand-over: {first_user_text(body)[:300]}"
+        token = handed.group(1)
         history = calls(body)
-        if not history and work.context:
-            return Reply([ours("read_binding", token=work.token, name=name)
-                          for name in work.context])
+        briefs = [c for c in history if c.name == "get_brief"]
+        if not briefs:
+            return Reply([ours("get_brief", token=token)])
+        work = read_brief(briefs[0].data)
+        assert work.token == token, f"not a brief: {briefs[0].result}"
+        if work.context and not any(c.name == "read_binding" for c in history):
+            return Reply([ours("read_binding", token=token, name=name) for name in work.context])
         if not any(c.name == "write_binding" for c in history):
-            return Reply([ours("write_binding", token=work.token, value=answer(work.task),
+            return Reply([ours("write_binding", token=token, value=answer(work.task),
                                summary="done")])
         return Reply([text("Written.")])
 
@@ -180,23 +192,14 @@ class SessionWork:
     context: list[str]  # the bindings to read first
 
 
-def read_brief(brief: str) -> SessionWork:
-    """The session token, the task and the context names a brief gives."""
-    token = re.search(r"(?:token: |Token: )(\S+)", brief)
-    task = re.search(r"(?:Your task:\n\n|\nTask:\n)(.*)", brief)
-    assert token and task, f"not a session brief: {brief[:300]}"
-    return SessionWork(token.group(1), task.group(1), _context_names(brief))
+def read_brief(brief: dict[str, Any]) -> SessionWork:
+    """The session token, the task and the context names ``get_brief`` gave (as JSON)."""
+    assert "token" in brief and "task" in brief, f"not a session brief: {str(brief)[:300]}"
+    return SessionWork(brief["token"], brief["task"],
+                       [entry["name"] for entry in brief.get("context", [])])
 
 
 def _vm_token(history: list[Call]) -> str:
     started = next(c for c in history if c.name == "start_run")
     assert "vm_token" in started.data, f"start_run gave no vm_token: {started.result}"
     return str(started.data["vm_token"])
-
-
-def _context_names(brief: str) -> list[str]:
-    guided = re.search(r"read_binding\(token, name, offset, limit\)\): (.*)", brief)
-    if guided:
-        return re.findall(r"(\w+) \(\d+ chars\)", guided.group(1))
-    embodied = re.search(r"with read_binding\(token, name\): (.*)\.", brief)
-    return [n.strip() for n in embodied.group(1).split(",")] if embodied else []

@@ -2,7 +2,8 @@
 server configured as ``prose install-skill --print`` shows it, against a local fake of the
 OpenAI Responses API. The scripted model runs the program guided (``start_run`` with
 ``mode: "guided"``, then ``next_step``) and, with no subagent of ours to hand sessions to, does
-each session itself as the prose-run prompt says: it reads the context the brief names and
+each session itself as the prose-run prompt says: it reads the brief (``get_brief``), the
+context the brief names and
 writes the result with the session token, a parallel block's sessions in one turn. Codex exits
 0 even when a call failed, so the proof is the server's record: the run on disk equals
 ``prose run`` of the program with the same answers, and every call Codex made succeeded."""
@@ -70,8 +71,13 @@ def guided_model(body: dict) -> list[Item]:
     step, since = done[steps[-1]].output, done[steps[-1] + 1:]
     if step.get("status") != "running":
         return [message(f"The program finished: {step.get('status')}.")]
-    sessions = [(item, read_brief(item["brief"])) for item in step.get("pending", [])
-                if item["kind"] == "session"]
+    handles = [item for item in step.get("pending", []) if item["kind"] == "session"]
+    briefs = {d.arguments["token"]: d.output for d in since if d.name == "get_brief"}
+    asks = [call("get_brief", token=item["token"]) for item in handles
+            if item["token"] not in briefs]
+    if asks:  # no subagents: the model reads each session's brief itself
+        return asks
+    sessions = [(item, read_brief(briefs[item["token"]])) for item in handles]
     read = {(d.arguments["token"], d.arguments["name"]) for d in since if d.name == "read_binding"}
     reads = [call("read_binding", token=work.token, name=name) for _, work in sessions
              for name in work.context if (work.token, name) not in read]

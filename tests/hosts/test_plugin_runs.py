@@ -109,6 +109,10 @@ def test_prose_run_in_claude_code_equals_prose_run(mode, tmp_path):
     launches = [[c for c in main_calls if c.turn == turn and c.name == "Agent"]
                 for turn in sorted({c.turn for c in main_calls})]
     assert sorted(len(group) for group in launches if group) == [1, 1, 2]
+    # The main agent handed each session on by its token; each subagent read its brief first.
+    assert all(len(c.input["prompt"].encode()) <= 300 for c in main_calls if c.name == "Agent")
+    assert all(calls(body)[0].name == "get_brief" for body in subagents if calls(body))
+    assert not any(c.name == "get_brief" for c in main_calls)
     # The subagents wrote the bindings; the main agent never did.
     assert not any(c.name == "write_binding" for c in main_calls)
     writes = [c for body in subagents for c in calls(body) if c.name == "write_binding"]

@@ -193,7 +193,10 @@ class GuidedHost:
 
     async def _session(self, item: dict[str, Any], engine_item: SessionItem) -> None:
         request = engine_item.request
-        assert request.prompt.strip() in item["brief"] and item["token"] in item["brief"]
+        assert set(item) <= {"kind", "token", "binding", "agent", "attempt", "start"}
+        brief = await self.call("get_brief", token=item["token"])  # the subagent's first call
+        assert brief["task"] == request.prompt.strip() and brief["attempt"] == request.attempt
+        assert [c["name"] for c in brief.get("context", [])] == [c.name for c in request.context]
         for context in request.context:  # what a subagent reads, through its token
             read = await self.call("read_binding", token=item["token"], name=context.name,
                                    limit=1_000_000)

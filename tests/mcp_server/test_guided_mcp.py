@@ -5,6 +5,7 @@ outputs and the number of answers equal ``prose run`` on the scripted provider."
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -108,3 +109,47 @@ async def test_parallel_items_pending_together_completed_in_reverse(era, tmp_pat
     assert bindings_of(tmp_path, run_id) == {
         ("a", None): "value of a", ("b", None): "value of b", ("c", None): "value of c",
         ("joined", None): "all three"}
+
+
+ROLE = "You are a careful writer who checks every claim twice. " * 100
+RETRIED = f"""\
+input material: "what to draft from"
+agent writer:
+  model: sonnet
+  prompt: "{ROLE}"
+output draft = session: writer
+  prompt: "Draft it"
+  context: material
+  retry: 1
+"""
+
+
+async def test_sessions_are_handles_and_a_retry_says_what_failed(tmp_path):
+    """Issue 25: next_step hands the main agent a handle of <= 300 bytes whatever the role's
+    and the values' sizes; the subagent reads role, task, context and attempt with
+    get_brief, and a retried session's brief says which attempt it is and what failed."""
+    (tmp_path / "p.prose").write_text(RETRIED)
+    mcp = create_server(tmp_path, home=tmp_path / "home", watch=False)
+    async with Client(mcp, mode="legacy") as client:
+        host = GuidedHost(client, mcp, scripted({}))
+        _, vm_token = await host.start("p.prose", {"material": "m" * 100_000})
+        step = await host.call("next_step", vm_token=vm_token, wait_s=5)
+        (first,) = step["pending"]
+        assert len(json.dumps(first).encode()) <= 300 and first["agent"] == "writer"
+        assert "get_brief(token)" in first["start"] and "careful writer" not in step["_text"]
+        brief = await host.call("get_brief", token=first["token"])
+        assert brief["role"] == ROLE.strip() and brief["task"] == "Draft it"
+        assert brief["context"] == [{"name": "material", "kind": "input", "chars": 100_000}]
+        assert brief["attempt"] == 1 and "failed_before" not in brief
+        await host.call("fail_session", token=first["token"], error="the source was offline")
+        (second,) = (await host.call("next_step", vm_token=vm_token, wait_s=5))["pending"]
+        assert second["attempt"] == 2 and len(json.dumps(second).encode()) <= 300
+        retried = await host.call("get_brief", token=second["token"])
+        assert retried["attempt"] == 2
+        assert retried["failed_before"] == ["the source was offline"]
+        assert "attempt 1: the source was offline" in retried["_text"]
+        with pytest.raises(Refused, match="brief"):  # the failed attempt's token has ended
+            await host.call("get_brief", token=first["token"])
+        await host.call("write_binding", token=second["token"], value="a draft")
+        final = await host.call("next_step", vm_token=vm_token, wait_s=5)
+    assert final["status"] == "completed"

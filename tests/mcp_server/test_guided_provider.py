@@ -24,6 +24,7 @@ from tests.mcp_server.guided_host import (
 
 from openprose import state
 from openprose.engine import ScriptedProvider, runner
+from openprose.engine.briefs import attempt_note
 from openprose.engine.interpreter import Options
 from openprose.language import compile_or_raise
 from openprose.mcp_server.guided import HostProvider, ItemRefused, SessionItem
@@ -79,7 +80,8 @@ def test_parallel_items_pending_together_and_completed_in_reverse(tmp_path):
             assert written.binding == item.request.binding and written.size > 0
             assert "value of" not in repr(written)  # the confirmation never holds the value
         (join,) = await host.wait_for_items(5)
-        assert "a (10 chars)" in join.brief and join.brief.endswith(f"token: {join.token}")
+        assert [(c.name, c.size) for c in join.brief.context] == [("a", 10), ("b", 10),
+                                                                    ("c", 10)]
         await host.complete_session(join.token, "all three")
         return await run
 
@@ -200,7 +202,9 @@ def test_failed_session_is_retried_then_caught(tmp_path):
         (first,) = await host.wait_for_items(5)
         assert "retrying" in await host.fail_session(first.token, "rate limited")
         (second,) = await host.wait_for_items(5)
-        assert second.to_dict()["attempt"] == 2 and second.token != first.token
+        assert second.request.attempt == 2 and second.token != first.token
+        assert second.brief.attempt == 2 and second.brief.failures == ("rate limited",)
+        assert "attempt 1: rate limited" in attempt_note(second.brief)
         assert "error handling" in await host.fail_session(second.token, "still down")
         (recover,) = await host.wait_for_items(5)
         assert recover.request.prompt == "Recover"

@@ -18,7 +18,7 @@ from typing import Any
 
 import anthropic
 
-from openprose.engine import judging
+from openprose.engine import briefs, judging
 from openprose.engine.errors import ProviderError, ProviderUnavailable
 from openprose.engine.provider import (
     JudgeRequest,
@@ -178,8 +178,10 @@ class AnthropicProvider(Provider):
         if work is not None:
             tools += work.definitions() + await work.server_tools()
         tools = [*tools[:-1], {**tools[-1], "cache_control": {"type": "ephemeral"}}]
-        system = [{"type": "text", "text": _session_system(request),
-                   "cache_control": {"type": "ephemeral"}}]
+        text = briefs.system_text(briefs.brief_of(request), SESSION_TOOLS)
+        if work is not None:
+            text += "\n" + work_note(request)
+        system = [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]
         messages: list[dict[str, Any]] = [{"role": "user", "content": _session_task(request)}]
         allowed = {item.name for item in request.context}
         wrote = False
@@ -332,22 +334,13 @@ def _run_tool(name: str, args: Any, io: SessionIO, allowed: set[str]) -> tuple[s
     return f"unknown tool {name}", True
 
 
-def _session_system(request: SessionRequest) -> str:
-    lines = [
-        "You are one session of an OpenProse program run. Do the task you are given.",
-        "When your work is complete, call write_output once with your full result: that is "
-        "what the rest of the program sees. Then answer with a one-line summary.",
-    ]
-    if request.persistent:
-        lines.append("You are a persistent agent: read your memory first, and before you "
-                     "finish replace it with a compact account of what to remember.")
-    if request.work is not None:
-        lines.append(work_note(request))
-    if request.skills:
-        lines.append("Skills available to you: " + ", ".join(request.skills))
-    if request.system:
-        lines.append("\n" + request.system)
-    return "\n".join(lines)
+#: How a session of this provider reaches its capability (its tools).
+SESSION_TOOLS = briefs.Tools(
+    read="read what you need with read_binding",
+    memory="You are a persistent agent: read your memory first, and before you finish "
+           "replace it with a compact account of what to remember.",
+    finish="When your work is complete, call write_output once with your full result: that "
+           "is what the rest of the program sees. Then answer with a one-line summary.")
 
 
 def work_note(request: SessionRequest) -> str:
@@ -361,11 +354,7 @@ def work_note(request: SessionRequest) -> str:
 
 
 def _session_task(request: SessionRequest) -> str:
-    parts = [request.prompt]
-    if request.context:
-        refs = "\n".join(f"- {item.name}: {item.location} ({len(item.text)} characters)"
-                         for item in request.context)
-        parts.append("Context, by reference (read what you need with read_binding):\n" + refs)
+    task = briefs.task_text(briefs.brief_of(request), SESSION_TOOLS)
     if request.memory:
-        parts.append("Your memory so far:\n" + request.memory)
-    return "\n\n".join(parts)
+        task += "\n\nYour memory so far:\n" + request.memory
+    return task

@@ -412,13 +412,14 @@ class Interpreter:
         policy = RetryPolicy(merged.retries, merged.backoff, self.options.retry_base_delay)
         self.totals.in_flight += 1
         self.emit("session_start", ctx.path, node, prompt[:120])
+        failures: list[str] = []
         try:
             for attempt in range(1, policy.attempts + 1):
                 request = SessionRequest(
                     key=ctx.path, prompt=prompt, system=system, model=merged.model,
                     agent=node.agent, binding=name, context=tuple(items), memory=memory,
                     persistent=persist is not None, skills=merged.skills, attempt=attempt,
-                    permissions=permissions, work=work)
+                    permissions=permissions, work=work, failures=tuple(failures))
                 try:
                     async with self.semaphore:
                         called = time.monotonic()
@@ -431,6 +432,7 @@ class Interpreter:
                         self.emit("session_failed", ctx.path, node, str(err))
                         raise SessionFailed(f"session failed after {attempt} attempt(s): "
                                             f"{err}") from err
+                    failures.append(str(err))
                     self.emit("session_retry", ctx.path, node, f"attempt {attempt + 1}")
                     await self.options.sleep(policy.delay(attempt))
         except asyncio.CancelledError:
@@ -496,7 +498,8 @@ class Interpreter:
             eid = ctx.scope.execution_id_of(root) if root else None
             location = self.journal.location(root, eid) if root else "inline"
             text = values.to_text(value) if value is not None else "(no value)"
-            items.append(ContextItem(label, text, location))
+            slot = ctx.scope.find(root) if root else None
+            items.append(ContextItem(label, text, location, slot.kind if slot else ""))
             if root:
                 refs.append((root, eid))
         return items, tuple(dict.fromkeys(refs))

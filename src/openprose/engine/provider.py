@@ -53,6 +53,8 @@ class SessionRequest:
     #: Its work tools (files, shell) under those permissions; ``None`` where the run has
     #: none (a host-driven run, an engine embedded without a project).
     work: WorkTools | None = field(default=None, compare=False, repr=False)
+    #: Why each earlier attempt of this session failed, oldest first.
+    failures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

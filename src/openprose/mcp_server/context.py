@@ -36,6 +36,9 @@ class SessionRoute(Protocol):
 
     def owns(self, token: str) -> bool: ...
 
+    async def brief(self, token: str) -> Any:
+        """get_brief: returns the tool's result."""
+
     async def write(self, token: str, value: str, summary: str | None) -> Any:
         """write_binding: returns the tool's result."""
 

@@ -20,13 +20,15 @@ class ContextRef(BaseModel):
 
 
 class PendingItem(BaseModel):
-    """A session (``brief`` says everything) or a judgment waiting for the host."""
+    """A session (a handle: ``start`` says what to do with it) or a judgment waiting for
+    the host."""
 
     kind: str
     token: str
     binding: str | None = None
-    brief: str | None = None
+    agent: str | None = None
     attempt: int | None = None
+    start: str | None = None
     condition: str | None = None
     options: list[str] | None = None
     context: list[ContextRef] | None = None
@@ -35,8 +37,9 @@ class PendingItem(BaseModel):
 
     def text(self) -> str:
         if self.kind == "session":
-            attempt = f" (attempt {self.attempt})" if self.attempt else ""
-            return f"## session -> {self.binding}{attempt}\n{self.brief}"
+            agent = f", agent {self.agent}" if self.agent else ""
+            attempt = f", attempt {self.attempt}" if self.attempt else ""
+            return f"## session -> {self.binding}{agent}{attempt}: token {self.token}\n{self.start}"
         lines = [f"## judgment {self.token}: {self.condition}"]
         if self.options:
             lines.append("options: " + " | ".join(self.options))

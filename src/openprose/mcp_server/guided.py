@@ -34,6 +34,7 @@ from openprose.engine import (
     SessionResult,
     Verdict,
 )
+from openprose.engine.briefs import Brief, brief_of
 from openprose.engine.events import Event
 from openprose.errors import OpenProseError
 
@@ -73,7 +74,7 @@ class SessionItem:
     token: str
     request: SessionRequest
     io: SessionIO
-    brief: str
+    brief: Brief
     future: asyncio.Future[SessionResult]
     asker: asyncio.Task[Any] | None = None
     issued: int = 0
@@ -83,14 +84,6 @@ class SessionItem:
     @property
     def key(self) -> str:
         return self.request.key
-
-    def to_dict(self) -> dict[str, Any]:
-        item: dict[str, Any] = {"kind": "session", "token": self.token,
-                                "binding": self.request.binding or "(anonymous)",
-                                "brief": self.brief}
-        if self.request.attempt > 1:
-            item["attempt"] = self.request.attempt
-        return item
 
 
 @dataclass(eq=False)
@@ -160,7 +153,7 @@ class HostProvider(Provider):
 
     async def run_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:
         token = SESSION_PREFIX + secrets.token_urlsafe(12)
-        item = SessionItem(token, request, io, session_brief(request, token, self.run_label),
+        item = SessionItem(token, request, io, brief_of(request, self.run_label),
                            asyncio.get_running_loop().create_future())
         return await self._wait(item)
 
@@ -263,12 +256,16 @@ class HostProvider(Provider):
         await self._settle(item, Verdict(verdict, reason))
         return verdict
 
-    def session_io(self, token: str) -> SessionIO:
-        """The capability of a pending session (read its context, its agent's memory)."""
+    def session_item(self, token: str) -> SessionItem:
+        """The pending session of ``token`` (its brief, its capability)."""
         item = self._live(token, SessionItem)
         if item is None:
             raise self._refusal(token, "session")
-        return item.io
+        return item
+
+    def session_io(self, token: str) -> SessionIO:
+        """The capability of a pending session (read its context, its agent's memory)."""
+        return self.session_item(token).io
 
     def context_names(self, token: str) -> tuple[ContextItem, ...]:
         item = self.pending.get(token)
@@ -351,28 +348,3 @@ def _checked_verdict(request: JudgeRequest, value: bool | str) -> bool | str:
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
     raise ItemRefused(f"a condition's verdict is true or false, not {value!r}")
-
-
-def session_brief(request: SessionRequest, token: str, run_label: str = "") -> str:
-    """The complete instructions for whoever runs the session (a subagent, or the host):
-    the task, then how to read its context and how to finish, with the token last."""
-    where = f" (run {run_label})" if run_label else ""
-    lines = [f"You are one session of an OpenProse program{where}. Your task:", "",
-             request.prompt.strip(), ""]
-    if request.system:
-        lines += ["Your role:", request.system.strip(), ""]
-    if request.model:
-        lines.append(f"Preferred model: {request.model}.")
-    if request.skills:
-        lines.append("Skills to use: " + ", ".join(request.skills) + ".")
-    if request.context:
-        lines.append("Context (read what you need with read_binding(token, name, offset, "
-                     "limit)): " + ", ".join(f"{item.name} ({len(item.text)} chars)"
-                                             for item in request.context))
-    if request.persistent:
-        lines.append("You are a persistent agent: read_memory(token) first, and before you "
-                     "finish write_memory(token, text) with what to remember.")
-    lines += ["Finish with write_binding(token, value=<your complete result>, summary=<one "
-              "line>), or fail_session(token, error=<why>) if you cannot do the task.",
-              f"token: {token}"]
-    return "\n".join(lines)

@@ -79,15 +79,42 @@ def block_infos(outline: Outline) -> list[BlockInfo]:
 
 
 class SpawnResult(BaseModel):
-    """The grant and the subagent's brief. The brief is here, not in the text content:
-    Claude Code (and VS Code) show their model a tool's structured content instead of its
-    text, and hosts that show the text get a one-line grant naming the token. The execution
-    id is left out at the top level (see :func:`reply`)."""
+    """The grant: a short handle the VM passes to a session subagent, which reads its brief
+    with ``get_brief`` (the agent's role and the task never pass through the VM's context).
+    The execution id is left out at the top level (see :func:`reply`)."""
 
     session_token: str
     binding: str
     execution_id: int | None = None
-    brief: str
+    agent: str | None = None
+    start: str
+
+
+class ContextEntry(BaseModel):
+    """A binding a session may read: never its value."""
+
+    name: str
+    kind: str | None = None
+    chars: int
+
+
+class BriefResult(BaseModel):
+    """What ``get_brief`` gives a session subagent: everything it needs to do its task."""
+
+    token: str
+    binding: str
+    agent: str | None = None
+    model: str | None = None
+    role: str | None = None
+    task: str
+    context: list[ContextEntry] | None = None
+    read: str | None = None
+    memory: str | None = None
+    skills: list[str] | None = None
+    permissions: dict[str, Any] | None = None
+    attempt: int
+    failed_before: list[str] | None = None
+    finish: str
 
 
 class WriteResult(BaseModel):

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from openprose.engine.briefs import Brief
 from openprose.language import compile as compile_program
 from openprose.mcp_server.outline import Outline, Statement, build
 from openprose.mcp_server.refusal import Refusal
@@ -81,6 +82,9 @@ class Pending:
     key: str
     input_hash: str
     token: str | None = None
+    #: What the session's subagent is told (``get_brief``); None when granted by an earlier
+    #: server, which kept the VM's prompt.
+    brief: Brief | None = None
 
 
 @dataclass

@@ -26,12 +26,16 @@ from openprose.engine import (
     SessionResult,
     Usage,
     Verdict,
+    briefs,
 )
 from openprose.engine.judging import describe
 from openprose.engine.provider import inline_context
 
 MAX_TOKENS = 8192
 JUDGE_TOKENS = 512
+#: A sampled session has no tools: its context and memory are inlined, its reply is the value.
+SESSION_TOOLS = briefs.Tools(read=None, memory=None,
+                             finish="Do the task; answer with your complete result only.")
 
 
 class SamplingProvider(Provider):
@@ -43,16 +47,14 @@ class SamplingProvider(Provider):
         self.max_tokens = max_tokens
 
     async def run_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:
-        parts = [request.prompt]
+        brief = briefs.brief_of(request)
+        parts = [briefs.task_text(brief, SESSION_TOOLS)]
         if request.context:
             parts.append("Context:\n" + inline_context(request.context))
         if request.memory:
             parts.append("Your memory from earlier sessions:\n" + request.memory)
-        system = ("You are one session of an OpenProse program run. Do the task; answer with "
-                  "your complete result only.")
-        if request.system:
-            system += "\n\n" + request.system
-        text = await self._sample("\n\n".join(parts), system, self.max_tokens)
+        text = await self._sample("\n\n".join(parts), briefs.system_text(brief, SESSION_TOOLS),
+                                  self.max_tokens)
         if request.persistent:
             io.write_memory(f"{request.memory or ''}\n- {request.prompt[:200]}".strip())
         return SessionResult(text, Usage(), text[:200])

@@ -29,6 +29,7 @@ from openprose.engine import EngineError, Provider, ProviderUnavailable, Scripte
 from openprose.engine.events import Event
 from openprose.language import compile as compile_source
 from openprose.language import nodes as n
+from openprose.mcp_server.briefing import GUIDED_TOOLS, START, brief_reply
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.engine_results import (
     CancelResult,
@@ -189,6 +190,14 @@ class GuidedRoute:
     def owns(self, token: str) -> bool:
         return isinstance(token, str) and token.startswith("gs_")
 
+    async def brief(self, token: str) -> CallToolResult:
+        _, host = self.modes.item_owner(token)
+        try:
+            item = host.session_item(token)
+        except ItemRefused as err:
+            raise Refusal("a session's brief is read with its live token", str(err)) from None
+        return brief_reply(item.brief, token, GUIDED_TOOLS)
+
     async def write(self, token: str, value: str, summary: str | None) -> CallToolResult:
         run, host = self.modes.item_owner(token)
         try:
@@ -325,8 +334,9 @@ def _item(item: Item) -> PendingItem:
     if isinstance(item, SessionItem):
         request = item.request
         return PendingItem(kind="session", token=item.token,
-                           binding=request.binding or "(anonymous)", brief=item.brief,
-                           attempt=request.attempt if request.attempt > 1 else None)
+                           binding=request.binding or "(anonymous)", agent=request.agent,
+                           attempt=request.attempt if request.attempt > 1 else None,
+                           start=START)
     judged = item.request
     return PendingItem(kind="judgment", token=item.token, condition=judged.text,
                        options=list(judged.options) or None,

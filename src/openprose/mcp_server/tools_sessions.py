@@ -1,5 +1,6 @@
-"""Tools around sessions: ``spawn_session`` (a grant and the subagent's brief),
-``write_binding``, ``read_binding``, ``read_memory`` and ``write_memory``."""
+"""Tools around sessions: ``spawn_session`` (a grant: a short handle for a subagent),
+``get_brief`` (the subagent's brief), ``write_binding``, ``read_binding``, ``read_memory``
+and ``write_memory``."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from typing import Annotated
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 
+from openprose.engine.briefs import Brief, ContextEntry
 from openprose.language import nodes as n
+from openprose.mcp_server.briefing import EMBODIED_TOOLS, START, brief_reply
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.outline import SESSION_KINDS, Agent, Statement
 from openprose.mcp_server.refusal import Refusal, state_errors
 from openprose.mcp_server.results import (
+    BriefResult,
     MemoryResult,
     ReadResult,
     SpawnResult,
@@ -56,34 +60,39 @@ def session_model(statement: Statement, agent: Agent | None) -> str | None:
     return agent.model if agent is not None else None
 
 
-def brief(statement: Statement, binding: str, token: str, prompt: str, context: list[str],
-          agent: Agent | None, memory: AgentRef | None) -> str:
-    """The complete prompt for the subagent that runs this session: the binding it produces,
-    its agent and model, the task, the context to read, memory, how to finish, the token."""
-    lines = [f"OpenProse session producing '{binding}'."]
-    if agent is not None:
-        model = session_model(statement, agent)
-        lines.append(f"Act as the agent '{agent.name}'" + (f" (model {model})" if model else "")
-                     + (f". Its instructions: {agent.prompt}" if agent.prompt
-                        and agent.prompt != prompt else "."))
-    lines += ["Task:", prompt]
-    if context:
-        lines.append("Read first with read_binding(token, name): " + ", ".join(context) + ".")
-    if memory is not None:
-        lines.append(f"You are the persistent agent '{memory.name}': read_memory(token) first; "
-                     "before you finish, write_memory(token, memory) with your updated memory, "
-                     "compacted to what later sessions need.")
-    lines += ["Finish: write_binding(token, value=<your complete output>, "
-              "summary=<one line>); reply with its confirmation only.", f"token: {token}"]
-    return "\n".join(lines)
+def session_brief(driven: DrivenRun, statement: Statement, binding: str, prompt: str,
+                  context: list[BindingRef], agent: Agent | None,
+                  memory: AgentRef | None) -> Brief:
+    """The brief of an embodied session: the task the VM wrote, its agent's role and model,
+    the context it may read (names, kinds, sizes) and whether it keeps memory."""
+    entries = []
+    for ref in context:
+        found = driven.resolve(ref.name, ref.execution_id)
+        entries.append(ContextEntry(ref.name, found.kind if found else "",
+                                    len(found.value) if found else 0,
+                                    driven.run.binding_location(ref)))
+    return Brief(task=prompt.strip(), binding=binding, agent=agent.name if agent else "",
+                 role=(agent.prompt or "").strip() if agent else "",
+                 model=session_model(statement, agent), context=tuple(entries),
+                 persistent=memory is not None, run=driven.id)
 
 
 def grant_text(result: SpawnResult) -> str:
-    """The text content of a grant: one line for hosts that show text, not structured
-    content (the brief, which is structured content, says the rest)."""
+    """The text content of a grant: the handle in one line, for hosts that show text."""
     where = f" in execution {result.execution_id}" if result.execution_id else ""
-    return (f"Session for '{result.binding}'{where} started; write_binding(token, value, "
-            f"summary) ends it. token: {result.session_token}")
+    agent = f" (agent {result.agent})" if result.agent else ""
+    return (f"Session for '{result.binding}'{where}{agent} granted, token: "
+            f"{result.session_token}. {START}")
+
+
+def restored_brief(driven: DrivenRun, pending: Pending, context: list[BindingRef]) -> Brief:
+    """The brief of a session granted before this server started: the VM's prompt is gone,
+    so the task is the statement itself."""
+    st = pending.statement
+    definition = driven.outline.agents.get(st.agent) if st.agent else None
+    memory = agent_ref(definition) if definition is not None else None
+    task = f"Do what this program statement asks (line {st.line}):\n{st.source}"
+    return session_brief(driven, st, pending.ref.name, task, context, definition, memory)
 
 
 def confirmation_text(result: WriteResult) -> str:
@@ -154,12 +163,28 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         if isinstance(granted, Exception):
             raise Refusal("a session is granted exactly its binding", str(granted), st)
         driven.sequence[(st.id, eid or 0)] = sequence
-        driven.pending[key] = Pending(st, ref, key, input_hash, granted.token)
+        driven.pending[key] = Pending(st, ref, key, input_hash, granted.token,
+                                      session_brief(driven, st, ref.name, prompt, refs,
+                                                    definition, memory))
         result = SpawnResult(session_token=granted.token, binding=ref.name,
-                             execution_id=ref.execution_id,
-                             brief=brief(st, ref.name, granted.token, prompt,
-                                         [r.name for r in refs], definition, memory))
+                             execution_id=ref.execution_id, agent=st.agent or None, start=START)
         return reply(result, grant_text(result), exclude_none=True)
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_brief(token: str) -> Annotated[CallToolResult, BriefResult]:
+        """A session subagent's first call, with its session token: its role, task, context
+        to read, memory, permissions, attempt, and how to finish."""
+        route = ctx.session_route(token)
+        if route is not None:
+            return await route.brief(token)  # type: ignore[no-any-return]
+        driven, handle = registry.by_session_token(token)
+        driven.live()
+        pending = driven.pending_for(token, handle.binding)
+        if pending is None:
+            raise Refusal("a session's brief is read while it is pending",
+                          f"no session of this server is pending for '{handle.binding.name}'")
+        found = pending.brief or restored_brief(driven, pending, list(handle.context.values()))
+        return brief_reply(found, token, EMBODIED_TOOLS)
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
     async def write_binding(token: str, value: str = "", summary: str = "", name: str = "",
