@@ -250,7 +250,10 @@ class Subagents(Provider):
             "spawn_session", vm_token=host.vm, statement=statement_of(spec.key),
             prompt=request.prompt, execution_id=spec.execution_id, context=context)
         io.token = token = spawned["session_token"]
-        assert token in spawned["_text"] and "write_binding" in spawned["_text"]
+        assert token in spawned["_text"] and "get_brief" in spawned["_text"]
+        brief = await host.bridge.acall("get_brief", token=token)  # the subagent's first call
+        assert brief["task"] == request.prompt.strip()
+        assert [c["name"] for c in brief.get("context", [])] == context
         for name in context:
             await host.bridge.acall("read_binding", token=token, name=name)
         if io.wants_memory:

@@ -403,9 +403,8 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def next_step(vm_token: str, wait_s: float = DEFAULT_WAIT
                         ) -> Annotated[CallToolResult, NextStep]:
-        """Guided runs: what the program needs now — sessions (token, binding, brief: give
-        each to a subagent, or do it and write_binding) and judgments (answer with
-        submit_verdict) — or the final status and outputs. Waits up to wait_s seconds."""
+        """Guided runs: what the program needs now (sessions: a token per subagent;
+        judgments: submit_verdict) or the final status. Waits up to wait_s seconds."""
         driven = ctx.registry.by_vm_token(vm_token)
         if driven.mode != GUIDED:
             raise Refusal("next_step steps guided runs",
@@ -450,8 +449,8 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def submit_verdict(token: str, value: bool | str, reason: str = ""
                              ) -> Annotated[CallToolResult, VerdictAck]:
-        """Guided runs: answer a pending judgment — true/false for a condition, one of the
-        options for a choice — with a short reason."""
+        """Guided runs: answer a pending judgment (true/false, or one of its options) with a
+        short reason."""
         _, host = modes.item_owner(token)
         try:
             verdict = await host.submit_verdict(token, value, reason)
@@ -464,8 +463,8 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def fail_session(token: str, error: str, retryable: bool = True
                            ) -> Annotated[CallToolResult, FailAck]:
-        """Guided runs: a pending session could not be done; the program's retry, try/catch
-        and on-fail policies decide what follows."""
+        """Guided runs: a pending session could not be done; the program's retry and
+        catch rules decide what follows."""
         _, host = modes.item_owner(token)
         try:
             next_move = await host.fail_session(token, error, retryable)
@@ -483,10 +482,9 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
         provider: ProviderName | None = None, max_concurrency: int = 16, wait: bool = True,
         script: str | None = None,
     ) -> Annotated[CallToolResult, RunReport]:
-        """Run a whole program in the server's engine on a provider it has: anthropic (a key
-        in its settings), sampling (your client's model) or scripted (script: a file in the
-        project). wait=false returns at once (then get_run). Missing inputs are asked for
-        (elicitation) or listed."""
+        """Run a whole program in the server on a provider: anthropic (a key in its
+        settings), sampling (your model) or scripted (script: a file). wait=false returns at
+        once (then get_run). Missing inputs are asked for or listed."""
         given = dict(inputs or {})
         if isinstance(asked, AcceptedElicitation):
             data = asked.data
@@ -558,7 +556,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def get_run(run_id: str) -> Annotated[CallToolResult, RunReport]:
-        """A run's status, position, output references, sessions, tokens and cost."""
+        """A run's status, position, outputs, sessions, tokens and cost."""
         run = modes.engines.get(run_id)
         if run is not None:
             result = report(run)
@@ -578,8 +576,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def cancel_run(run_id: str) -> Annotated[CallToolResult, CancelResult]:
-        """Stop a run the engine drives here: in-flight sessions end, finished work stays,
-        and resume_run(run_id) continues it later."""
+        """Stop a run the engine drives here; finished work stays; resume_run continues it."""
         run = modes.engines.get(run_id)
         if run is None or not run.live:
             raise Refusal("cancel_run stops a run the engine is driving in this server",
@@ -601,8 +598,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def compile_program(program: str) -> Annotated[CallToolResult, CompileReport]:
-        """Check a program (a .prose path in the project, or source): diagnostics as
-        `prose compile --json` gives them."""
+        """Check a program (a .prose path or source): diagnostics as `prose compile --json`."""
         try:
             source, path = program_text(program, ctx.project_root)
         except (PromptError, OSError, UnicodeDecodeError) as exc:

@@ -112,8 +112,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def spawn_session(vm_token: str, statement: str, prompt: str,
                             execution_id: int | None = None, context: list[str] | None = None,
                             agent: str = "") -> Annotated[CallToolResult, SpawnResult]:
-        """Start a session/resume statement's session (prompt interpolated; context: binding
-        names; execution_id: its frame in a block). Returns a token and the subagent's brief."""
+        """Start a session or resume statement (prompt interpolated; context: binding names;
+        execution_id: its block frame). Returns a token for a subagent."""
         driven = registry.host_run(vm_token)
         driven.live()
         st = driven.statement(statement)
@@ -172,8 +172,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def get_brief(token: str) -> Annotated[CallToolResult, BriefResult]:
-        """A session subagent's first call, with its session token: its role, task, context
-        to read, memory, permissions, attempt, and how to finish."""
+        """A session subagent's first call: its role, task and context."""
         route = ctx.session_route(token)
         if route is not None:
             return await route.brief(token)  # type: ignore[no-any-return]
