@@ -2,9 +2,9 @@
 server configured as ``prose install-skill --print`` shows it, against a local fake of the
 OpenAI Responses API. The scripted model runs the program guided (``start_run`` with
 ``mode: "guided"``, then ``next_step``) and, with no subagent of ours to hand sessions to, does
-each session itself as the prose-run prompt says: it reads the brief (``get_brief``), the
-context the brief names and
-writes the result with the session token, a parallel block's sessions in one turn. Codex exits
+each session itself as the prose-run prompt says: it reads the brief (``get_brief``) and the
+context the brief names, and writes the result with the session token, a parallel block's
+sessions in one turn. Codex exits
 0 even when a call failed, so the proof is the server's record: the run on disk equals
 ``prose run`` of the program with the same answers, and every call Codex made succeeded."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from mcp_types import CallToolResult
 
 from openprose.engine.briefs import Brief, Tools, full_text
-from openprose.mcp_server.results import BriefResult, ContextEntry, reply
+from openprose.mcp_server.results import BriefContext, BriefResult, reply
 
 #: The one line a handle carries: what the VM does with it.
 START = "Start a session subagent with this token; its first call is get_brief(token)."
@@ -30,7 +30,7 @@ EMBODIED_TOOLS = Tools(f"read what you need with {READ}", _MEMORY, _FINISH + "."
 def brief_reply(brief: Brief, token: str, tools: Tools) -> CallToolResult:
     """``get_brief``'s answer: the brief's parts as structured content (what Claude Code
     shows its model) and as one text for hosts that show text."""
-    context = [ContextEntry(name=entry.name, kind=entry.kind or None, chars=entry.size)
+    context = [BriefContext(name=entry.name, kind=entry.kind or None, chars=entry.size)
                for entry in brief.context]
     result = BriefResult(
         token=token, binding=brief.binding or "(anonymous)", agent=brief.agent or None,

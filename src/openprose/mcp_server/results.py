@@ -90,7 +90,7 @@ class SpawnResult(BaseModel):
     start: str
 
 
-class ContextEntry(BaseModel):
+class BriefContext(BaseModel):
     """A binding a session may read: never its value."""
 
     name: str
@@ -107,7 +107,7 @@ class BriefResult(BaseModel):
     model: str | None = None
     role: str | None = None
     task: str
-    context: list[ContextEntry] | None = None
+    context: list[BriefContext] | None = None
     read: str | None = None
     memory: str | None = None
     skills: list[str] | None = None
