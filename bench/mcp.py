@@ -28,6 +28,11 @@ and talks to it over a real stdio pipe with the SDK's client, as a host does. Se
 - ``plugin`` (issue 13): bytes of our tool descriptions a host sends with every turn, and
   Claude Code's projected token cost of the plugin (``claude plugin details``, with Claude Code
   from ``OPENPROSE_TEST_CLAUDE`` or PATH, in a throwaway HOME).
+- ``subagent-tools`` (issue 25): in the real Claude Code with the plugin, a guided run of a
+  program with a parallel block (tests/hosts' scripted host model on a local fake of the
+  Messages API): bytes of tool definitions in each request of the main agent and of a
+  session's subagent, ours and all, for the plugin's ``openprose:session`` agent and for a
+  ``general-purpose`` one. Target for ours per subagent request: <= 3 KB.
 
 A section is a function taking the connected client and the options and printing its lines;
 add one to ``SECTIONS``.
@@ -317,6 +322,53 @@ async def section_plugin(client: Client, options: argparse.Namespace) -> None:
             print("  " + line.strip())
 
 
+def tool_definition_bytes(claude: str, agent: str) -> dict[str, tuple[int, int, int]]:
+    """main/subagent -> (our tools, our bytes, all bytes) of the first request of each kind
+    in a guided run in Claude Code, sessions handed to subagents of type ``agent``."""
+    sys.path.insert(0, str(REPO))
+    from tests.hosts.claude_code import PLUGIN_DIR, TOOL_PREFIX, claude_env
+    from tests.hosts.fake_messages import FakeMessagesAPI
+    from tests.hosts.host_model import SESSION_MARK, HostModel, first_user_text
+    from tests.hosts.test_plugin_runs import INPUTS, PROGRAM
+
+    with tempfile.TemporaryDirectory(prefix="prose-bench-agents-") as tmp:
+        project = Path(tmp) / "project"
+        (project / "examples").mkdir(parents=True)
+        (project / "examples" / "review.prose").write_text(PROGRAM)
+        model = HostModel("guided", "examples/review.prose", INPUTS, agent=agent)
+        with FakeMessagesAPI(model) as api:
+            done = subprocess.run(
+                [claude, "-p", "prose run examples/review.prose topic=tides", "--plugin-dir",
+                 str(PLUGIN_DIR), "--allowedTools", f"{TOOL_PREFIX.rstrip('_')},Agent"],
+                env=claude_env(Path(tmp) / "home", api.url), cwd=project,
+                capture_output=True, text=True, timeout=600)
+        if done.returncode != 0 or api.errors:
+            raise BenchError(f"claude -p failed: {api.errors} {done.stdout}{done.stderr}")
+    found = {}
+    for kind in ("main", "subagent"):
+        body = next(b for b in model.bodies
+                    if (SESSION_MARK in first_user_text(b)) == (kind == "subagent"))
+        ours = [t for t in body["tools"] if t["name"].startswith(TOOL_PREFIX)]
+        found[kind] = (len(ours), len(json.dumps(ours).encode()),
+                       len(json.dumps(body["tools"]).encode()))
+    return found
+
+
+async def section_subagent_tools(client: Client, options: argparse.Namespace) -> None:
+    """Tool definitions per request of the main agent and of a session's subagent."""
+    claude = os.environ.get("OPENPROSE_TEST_CLAUDE") or shutil.which("claude")
+    if not claude:
+        print("subagent-tools: skipped (Claude Code not found: set OPENPROSE_TEST_CLAUDE or "
+              "put claude on PATH)")
+        return
+    print(f"{'subagent type':<20} {'request':<9} {'our tools':>9} {'our bytes':>10} "
+          f"{'all bytes':>10}")
+    for agent in ("openprose:session", "general-purpose"):
+        found = await anyio.to_thread.run_sync(tool_definition_bytes, claude, agent)
+        for kind, (count, ours, every) in found.items():
+            print(f"{agent:<20} {kind:<9} {count:>9} {ours:>10} {every:>10}")
+
+
 Section = Callable[[Client, argparse.Namespace], Awaitable[None]]
 SECTIONS: dict[str, Section] = {
     "results": section_results,
@@ -325,6 +377,7 @@ SECTIONS: dict[str, Section] = {
     "guided-overhead": section_guided_overhead,
     "guided-bytes": section_guided_bytes,
     "plugin": section_plugin,
+    "subagent-tools": section_subagent_tools,
 }
 
 

@@ -84,19 +84,21 @@ def ours(tool: str, **arguments: Any) -> Block:
     return tool_use(TOOL_PREFIX + tool, arguments)
 
 
-def subagent(token: str, name: str) -> Block:
+def subagent(token: str, name: str, agent: str = SESSION_AGENT) -> Block:
     """The main agent's hand-over: the handle's token, never a brief."""
     prompt = f'{SESSION_MARK}"{token}") and do what the brief says.'
     return tool_use("Agent", {"description": f"OpenProse session {name}", "prompt": prompt,
-                              "subagent_type": SESSION_AGENT, "run_in_background": False})
+                              "subagent_type": agent, "run_in_background": False})
 
 
 class HostModel:
     """The fake model's policy for ``mode`` ("guided" or "embodied") running ``program``."""
 
     def __init__(self, mode: str, program: str, inputs: dict[str, str],
-                 sessions: dict[str, tuple[str, list[str]]] | None = None) -> None:
+                 sessions: dict[str, tuple[str, list[str]]] | None = None,
+                 agent: str = SESSION_AGENT) -> None:
         self.mode = mode
+        self.agent = agent  # the subagent type sessions are handed to
         self.program = program
         self.inputs = inputs
         #: embodied: what the model reads in the program — binding → (prompt, context)
@@ -132,7 +134,8 @@ class HostModel:
         sessions = [item for item in pending if item["kind"] == "session"]
         if sessions:
             assert all(len(json.dumps(item)) <= 300 for item in sessions), sessions
-            return Reply([subagent(item["token"], item["binding"]) for item in sessions])
+            return Reply([subagent(item["token"], item["binding"], self.agent)
+                          for item in sessions])
         if pending:
             return Reply([ours("submit_verdict", token=item["token"], value=True,
                                reason="it holds") for item in pending])
@@ -147,7 +150,7 @@ class HostModel:
         last = history[-1]
         if last.name == "spawn_session":
             spawned = [c for c in history if c.turn == last.turn]
-            return Reply([subagent(c.data["session_token"], c.input["statement"])
+            return Reply([subagent(c.data["session_token"], c.input["statement"], self.agent)
                           for c in spawned])
         if last.name == "complete_run":
             return Reply([text(f"The program finished: {last.data.get('status')}.")])
