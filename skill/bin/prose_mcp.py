@@ -79,16 +79,21 @@ def find_prose() -> Path | None:
     return None
 
 
-def install_text() -> str:
-    """What the user must run, in words the model can pass on unchanged."""
+def install_text(broken: str | None = None) -> str:
+    """What the user must run, in words the model can pass on unchanged; ``broken``: why the
+    ``prose`` found does not start (then it is installed again over itself)."""
     checkout = PLUGIN_ROOT.parent
     pyproject = checkout / "pyproject.toml"
     from_checkout = pyproject.is_file() and 'name = "openprose"' in pyproject.read_text(
         encoding="utf-8", errors="replace")
     source = str(checkout) if from_checkout else "openprose"
+    if broken:
+        problem, source = f"OpenProse is installed but does not start: {broken}.", \
+            f"--force {source}"
+    else:
+        problem = "OpenProse is not installed where this plugin can find it."
     return "\n".join([
-        "OpenProse is not installed where this plugin can find it, so its tools are not "
-        "available. Tell the user to run, in a terminal:",
+        f"{problem} Its tools are not available. Tell the user to run, in a terminal:",
         "",
         f"    pipx install {source}",
         "",
@@ -107,13 +112,13 @@ def _error(request_id: object, code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
-def answer(message: dict) -> dict | None:
-    """The reply of the install-help server to one JSON-RPC message (None for notifications)."""
+def answer(message: dict, text: str) -> dict | None:
+    """The install-help server's reply to one JSON-RPC message (None for notifications);
+    ``text`` is what its tool, prompt and instructions say."""
     method, request_id = message.get("method"), message.get("id")
     if request_id is None:
         return None
     params = message.get("params") or {}
-    text = install_text()
     if method == "initialize":
         asked = params.get("protocolVersion")
         version = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
@@ -151,7 +156,7 @@ def answer(message: dict) -> dict | None:
     return _error(request_id, -32601, f"method not found: {method}")
 
 
-def serve_install_help() -> None:
+def serve_install_help(text: str) -> None:
     """Newline-delimited JSON-RPC over stdin/stdout until the host closes stdin."""
     for line in sys.stdin:
         if not line.strip():
@@ -161,7 +166,7 @@ def serve_install_help() -> None:
         except ValueError:
             reply: dict | None = _error(None, -32700, "parse error: not JSON")
         else:
-            reply = answer(message) if isinstance(message, dict) else _error(
+            reply = answer(message, text) if isinstance(message, dict) else _error(
                 None, -32600, "invalid request: not a JSON object")
         if reply is not None:
             sys.stdout.write(json.dumps(reply) + "\n")
@@ -172,12 +177,18 @@ def main(args: list[str]) -> int:
     prose = find_prose()
     if prose is None:
         print(f"{SERVER_NAME}: prose not found; serving install instructions", file=sys.stderr)
-        serve_install_help()
+        serve_install_help(install_text())
         return 0
     command = [str(prose), *(args or ["serve"])]
-    if os.name == "posix":
-        os.execv(command[0], command)
-    return subprocess.call(command)
+    try:
+        if os.name == "posix":
+            os.execv(command[0], command)
+        return subprocess.call(command)
+    except OSError as exc:  # e.g. its virtualenv's Python was removed
+        broken = f"{prose} ({exc.strerror or exc})"
+        print(f"{SERVER_NAME}: {broken}; serving install instructions", file=sys.stderr)
+        serve_install_help(install_text(broken))
+        return 0
 
 
 if __name__ == "__main__":

@@ -65,6 +65,34 @@ def test_launcher_starts_prose_wherever_it_was_installed(place: str, tmp_path: P
     assert version("openprose") in result.stdout
 
 
+def install_help(params: StdioServerParameters) -> str:
+    """What the install-help server's tool says (the launcher found no working prose)."""
+
+    async def ask() -> str:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            result = await client.call_tool("install_openprose", {})
+            assert not result.is_error
+            return result.content[0].text
+
+    return anyio.run(ask)
+
+
+def test_a_prose_that_cannot_start_gets_the_reinstall_line(tmp_path: Path) -> None:
+    """pipx's prose whose virtualenv lost its Python: the launcher says so, not nothing."""
+    path = path_without_prose(tmp_path / "bin")
+    home = tmp_path / "home"
+    broken = home / ".local" / "bin" / "prose"
+    broken.parent.mkdir(parents=True)
+    broken.write_text(f"#!{tmp_path}/gone/python\n")
+    broken.chmod(0o755)
+    said = install_help(StdioServerParameters(command=sys.executable,
+                                              args=[str(LAUNCHER), "serve"],
+                                              env=launcher_env(home, path)))
+    assert f"does not start: {broken}" in said
+    assert f"pipx install --force {REPO}" in said
+
+
 def test_without_prose_the_launcher_serves_the_install_line_over_mcp(tmp_path: Path) -> None:
     params = StdioServerParameters(command=sys.executable, args=[str(LAUNCHER), "serve"],
                                    env=launcher_env(tmp_path / "home",
