@@ -103,11 +103,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # What is left to untangle (issue 23); each entry goes when its fix lands, and the test fails
 # when an entry is fixed but still listed.
 KNOWN_TWICE = {"_Walker"}
-KNOWN_BORROWED = [
-    "openprose.cli.examples_cmd imports _execute from openprose.cli.run_cmd",
-    "openprose.cli.examples_cmd imports _parse_inputs from openprose.cli.run_cmd",
-    "openprose.cli.examples_cmd imports _provider from openprose.cli.run_cmd",
-]
+KNOWN_BORROWED: list[str] = []
 
 
 def test_no_import_circle() -> None:

@@ -121,7 +121,7 @@ def clean_command(older_than: str | None, keep: int | None, status: str | None,
         chosen, running = select(rows, older_than=age, keep=keep, status=status, now=now)
         for row in chosen:
             store = row.pop("store")
-            row["bytes"] = _size(Path(store.backend.run_location(row["run_id"])))
+            row["bytes"] = _size(Path(store.run_location(row["run_id"])))
             if not dry_run:
                 try:
                     store.delete_run(row["run_id"], keep_shared=holders[row["run_id"]] > 1

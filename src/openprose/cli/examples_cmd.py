@@ -71,14 +71,14 @@ def _run(example: object, provider_name: str, inputs: tuple[str, ...], backend: 
     import yaml
 
     from openprose import examples
-    from openprose.cli.run_cmd import _execute, _parse_inputs, _provider
+    from openprose.cli.run_cmd import cli_provider, execute, parse_inputs
     from openprose.engine import runner
     from openprose.engine.errors import ImportFailed
     from openprose.engine.scripted import ScriptedProvider
     from openprose.language import compile as compile_program
 
     assert isinstance(example, examples.Example)
-    values = {**example.inputs, **_parse_inputs(inputs)}
+    values = {**example.inputs, **parse_inputs(inputs)}
     with examples.program_file(example) as path:
         result = compile_program(example.source, str(path))
         if not result.ok or result.program is None:  # pragma: no cover - tested in CI
@@ -88,8 +88,8 @@ def _run(example: object, provider_name: str, inputs: tuple[str, ...], backend: 
         except ImportFailed as err:
             fail("examples", str(err))
         provider = ScriptedProvider(yaml.safe_load(example.script)) \
-            if provider_name == "scripted" else _provider(provider_name, None, str(project))
+            if provider_name == "scripted" else cli_provider(provider_name, None, str(project))
         job = runner.Job(source=example.source, file=str(path),
                          program=result.program, imports=imports, inputs=values,
                          project_root=project, backend=backend)
-        _execute(job, provider, as_json, str(project))
+        execute(job, provider, as_json, str(project))

@@ -62,7 +62,7 @@ def _refuse(command: str, message: str, status: str = "refused", **details: Any)
     sys.exit(2)
 
 
-def _parse_inputs(pairs: tuple[str, ...], command: str = "run") -> dict[str, str]:
+def parse_inputs(pairs: tuple[str, ...], command: str = "run") -> dict[str, str]:
     from openprose.engine.inputs import placeholder_refusal
 
     inputs: dict[str, str] = {}
@@ -113,23 +113,17 @@ def _read_program(spec: str, root: Path, command: str) -> tuple[str, str]:
         _refuse(command, str(err))
 
 
-def _provider(name: str, script: str | None, project: str, command: str = "run") -> Any:
-    """The provider; the Anthropic one reads its settings from the environment and
-    ``.prose/.env`` (the file wins, as it does for the state backend's settings)."""
+def cli_provider(name: str, script: str | None, project: str, command: str = "run") -> Any:
+    """The provider named on the command line (see :func:`engine.provider.make_provider`),
+    or a refusal naming what is missing."""
     from openprose.engine.errors import ProviderUnavailable
+    from openprose.engine.runner import make_provider
 
+    if name == "scripted" and script is None:
+        _refuse(command, "--provider scripted needs --script FILE (YAML or JSON; see "
+                         "examples/hello.script.yaml)")
     try:
-        if name == "scripted":
-            from openprose.engine.scripted import ScriptedProvider
-
-            if script is None:
-                _refuse(command, "--provider scripted needs --script FILE (YAML or JSON; see "
-                                 "examples/hello.script.yaml)")
-            return ScriptedProvider.from_file(script)
-        from openprose.engine.anthropic_provider import AnthropicProvider
-        from openprose.state import settings
-
-        return AnthropicProvider(env=settings(Path(project)))
+        return make_provider(name, Path(script) if script else None, Path(project))
     except ProviderUnavailable as err:
         _refuse(command, str(err))
 
@@ -206,13 +200,13 @@ def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str 
     if dry_run:
         _print_plan(runner.dry_run(result.program, imports), as_json)
         return
-    values = _parse_inputs(inputs, "run")
+    values = parse_inputs(inputs, "run")
     _check_declared(undeclared(result.program, values), result.program, "run")
     job = runner.Job(source=source, file=file, program=result.program, imports=imports,
                      inputs=values, project_root=root, backend=backend or "filesystem")
     _how(job, provider or "anthropic", script, max_concurrency or CONCURRENCY)
     _budget(job, grants.pop("max_tokens"), grants.pop("max_cost"), root, "run")
-    _execute(job, _provider(job.settings["provider"], script, project), as_json, project,
+    execute(job, cli_provider(job.settings["provider"], script, project), as_json, project,
              grants)
 
 
@@ -246,7 +240,7 @@ def resume_command(run_id: str, inputs: tuple[str, ...], program_file: str | Non
         job = runner.resume_job(run_id, root, backend, program_file)
     except EngineError as err:
         _refuse("resume", str(err))
-    given = _parse_inputs(inputs, "resume")
+    given = parse_inputs(inputs, "resume")
     _check_declared(undeclared(job.program, given), job.program, "resume")
     job.inputs.update(given)
     was = job.recorded
@@ -257,12 +251,12 @@ def resume_command(run_id: str, inputs: tuple[str, ...], program_file: str | Non
     try:
         _budget(job, grants.pop("max_tokens") or was.get("max_tokens"),
                 grants.pop("max_cost") or was.get("max_cost"), root, "resume")
-        chosen = _provider(provider, script, project, "resume")
+        chosen = cli_provider(provider, script, project, "resume")
     except BaseException:
         if job.driver is not None:
             job.driver.release()
         raise
-    _execute(job, chosen, as_json, project, grants)
+    execute(job, chosen, as_json, project, grants)
 
 
 def _how(job: Any, provider: str, script: str | None, max_concurrency: int) -> None:
@@ -464,7 +458,7 @@ def _consent(as_json: bool, progress: Any) -> Any:
     return consent
 
 
-def _execute(job: Any, provider: Any, as_json: bool, project: str,
+def execute(job: Any, provider: Any, as_json: bool, project: str,
              grants: dict[str, bool] | None = None) -> None:
     from openprose.engine import runner
     from openprose.engine.errors import MissingInput

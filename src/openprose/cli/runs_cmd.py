@@ -57,13 +57,13 @@ def run_rows(opened: list[Any]) -> list[dict[str, Any]]:
     rows = []
     for store in opened:
         try:
-            records = store.backend.list_runs()
+            records = store.run_records()
         except StateError as err:
             click.echo(f"prose runs: cannot list {store.kind} runs: {err}", err=True)
             continue
         for record in records:
             try:
-                usage = usage_of(store.backend.read_journal(record.id))
+                usage = usage_of(store.read_journal(record.id))
             except StateError:
                 usage = None
             running = record.status == "running"

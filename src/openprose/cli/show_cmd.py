@@ -63,7 +63,7 @@ def show_command(run_id: str, binding: str | None, backend: str | None, as_json:
                 _show_binding(store, found, binding, as_json)
                 return
             view = load_view(store, found)
-            segments = {agent: len(store.backend.list_segments(found, agent))
+            segments = {agent: store.segment_count(found, agent)
                         for agent, _ in view.agents}
         except StateError as err:
             fail("show", str(err))
@@ -86,7 +86,7 @@ def _show_binding(store: Any, run_id: str, text: str, as_json: bool) -> None:
 
     name, execution_id = parse_binding(text)
     check_name(name, "binding name")
-    found = store.backend.get_binding(run_id, BindingRef(name, execution_id))
+    found = store.stored_binding(run_id, BindingRef(name, execution_id))
     if found is None:
         where = f" in block execution {execution_id}" if execution_id else ""
         raise NotFoundError(f"run {run_id} has no binding '{name}'{where}")

@@ -68,7 +68,7 @@ class Wakeup(AbstractContextManager["Wakeup"]):
 def _run_dir(store: Any, run_id: str) -> Path | None:
     if store.kind != "filesystem":
         return None
-    return Path(store.backend.run_location(run_id))
+    return Path(store.run_location(run_id))
 
 
 def _changes(before: dict[str, str], steps: list[Any]) -> list[Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from openprose.engine.parallel import Decision
+from openprose.engine.parallel import JoinDecision
 from openprose.engine.provider import ContextItem, SessionIO, Usage
 from openprose.engine.values import Value
 
@@ -72,10 +72,10 @@ class Journal(Protocol):
 
     def verdict(self, key: str) -> Recorded | None: ...
 
-    def decision(self, key: str, branches: int) -> Decision | None:
+    def decision(self, key: str, branches: int) -> JoinDecision | None:
         """The join decision recorded at ``key`` (None: none, or it does not fit)."""
 
-    def record_decision(self, key: str, decision: Decision) -> None: ...
+    def record_decision(self, key: str, decision: JoinDecision) -> None: ...
 
     def record_verdict(self, key: str, input_hash: str, value: bool | str, reason: str,
                        source: str, line: int) -> None: ...

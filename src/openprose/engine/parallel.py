@@ -25,7 +25,7 @@ class BranchOutcome:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class JoinDecision:
     """Which branches a join took (``won``) and which had failed when it decided
     (``failed``: index → message); every other branch was cancelled. Timing makes this
     decision, so a resumed run replays it instead of deciding again."""
@@ -37,7 +37,7 @@ class Decision:
         return {"won": list(self.won), "failed": [list(f) for f in self.failed]}
 
     @classmethod
-    def from_json(cls, data: Any, branches: int) -> Decision | None:
+    def from_json(cls, data: Any, branches: int) -> JoinDecision | None:
         """The decision recorded as ``data``, or None if it does not fit ``branches``."""
         try:
             won = tuple(int(i) for i in data["won"])
@@ -58,7 +58,7 @@ async def join(
     on_cancel: Callable[[int], None] = lambda i: None,
     window: int | None = None,
     refill_delay: Callable[[], float] = lambda: 0.0,
-    on_decide: Callable[[Decision], None] | None = None,
+    on_decide: Callable[[JoinDecision], None] | None = None,
 ) -> BranchOutcome:
     """Run ``branches`` and return their outcome, or raise :class:`ParallelFailed`.
 
@@ -102,7 +102,7 @@ async def join(
                 launch()
         if on_decide is not None and _failure(outcome, strategy, on_fail, needed,
                                               len(branches)) is None:
-            on_decide(Decision(tuple(sorted(outcome.values)),
+            on_decide(JoinDecision(tuple(sorted(outcome.values)),
                                tuple((i, e.message) for i, e in sorted(outcome.errors.items()))))
     finally:
         closed = True
@@ -123,7 +123,7 @@ async def join(
     return outcome
 
 
-async def replay(branches: list[Callable[[], Coroutine[Any, Any, Any]]], decision: Decision,
+async def replay(branches: list[Callable[[], Coroutine[Any, Any, Any]]], decision: JoinDecision,
                  on_cancel: Callable[[int], None] = lambda i: None) -> BranchOutcome:
     """The outcome of a join decided before (in an earlier run of the same program): only
     the branches it took run again (their finished steps are reused); the branches that

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from openprose.state.models import Usage
+
 if TYPE_CHECKING:
     from openprose.engine.permissions import Permissions
     from openprose.engine.work_tools import WorkTools
-
-from openprose.state.models import Usage
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from openprose.engine.errors import (
     MissingInput,
     ProgramError,
     ProgramFailed,
+    ProviderUnavailable,
     ResumeMismatch,
 )
 from openprose.engine.events import Event, Listener
@@ -366,3 +367,20 @@ def _both(first: Listener, second: Listener | None) -> Listener:
         second(event)
 
     return both
+
+
+def make_provider(name: str, script: Path | None, project_root: Path) -> Provider:
+    """The provider a command line or a tool call names: ``scripted`` plays ``script``;
+    ``anthropic`` reads its key and settings from the environment and the project's
+    ``.prose/.env`` (the file wins, as for the state backend's settings). Raises
+    :class:`ProviderUnavailable` saying what is missing."""
+    if name == "scripted":
+        from openprose.engine.scripted import ScriptedProvider
+
+        if script is None:
+            raise ProviderUnavailable("the scripted provider needs a script file")
+        return ScriptedProvider.from_file(script)
+    from openprose.engine.anthropic_provider import AnthropicProvider  # its SDK loads slowly
+    from openprose.state import settings
+
+    return AnthropicProvider(env=settings(project_root))

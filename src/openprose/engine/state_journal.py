@@ -18,7 +18,7 @@ from openprose import state
 from openprose.engine.events import Event
 from openprose.engine.imports import Imported
 from openprose.engine.journal import Recorded, SessionSpec
-from openprose.engine.parallel import Decision
+from openprose.engine.parallel import JoinDecision
 from openprose.engine.provider import ContextItem, Usage
 from openprose.engine.values import Value, to_text
 from openprose.language import nodes as n
@@ -238,11 +238,11 @@ class StateJournal:
         self.new_work()
         self.run.record_verdict(key, input_hash, value, reason)
 
-    def decision(self, key: str, branches: int) -> Decision | None:
+    def decision(self, key: str, branches: int) -> JoinDecision | None:
         entry = self.run.decision(key)
-        return None if entry is None else Decision.from_json(entry.value, branches)
+        return None if entry is None else JoinDecision.from_json(entry.value, branches)
 
-    def record_decision(self, key: str, decision: Decision) -> None:
+    def record_decision(self, key: str, decision: JoinDecision) -> None:
         self.run.record_decision(key, decision.to_json())
 
     # ----------------------------------------------------------------------- bindings, frames

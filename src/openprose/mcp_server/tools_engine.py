@@ -25,8 +25,9 @@ from mcp.server.mcpserver.resolve import AcceptedElicitation, ElicitationResult
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field, create_model
 
-from openprose.engine import EngineError, Provider, ProviderUnavailable, ScriptedProvider
+from openprose.engine import EngineError, Provider, ProviderUnavailable
 from openprose.engine.events import Event
+from openprose.engine.runner import make_provider
 from openprose.language import compile as compile_source
 from openprose.language import nodes as n
 from openprose.mcp_server.briefing import GUIDED_TOOLS, START, brief_reply
@@ -259,7 +260,7 @@ def build_provider(name: str, script: str | None, root: Path, client: Context | 
         if not path.is_relative_to(root.resolve()):
             raise ToolError(f"run_program: script {script!r} is outside the project")
         try:
-            return ScriptedProvider.from_file(path)
+            return make_provider("scripted", path, root)
         except ProviderUnavailable as err:
             raise ToolError(f"run_program: {err}") from None
     if name == "sampling":
@@ -270,10 +271,8 @@ def build_provider(name: str, script: str | None, root: Path, client: Context | 
                 "provider 'anthropic', or start_run(mode=\"guided\") and answer the sessions "
                 "yourself")
         return SamplingProvider(client.session)
-    from openprose.engine.anthropic_provider import AnthropicProvider  # its SDK loads slowly
-
     try:
-        return AnthropicProvider(env=settings(root))
+        return make_provider("anthropic", None, root)
     except ProviderUnavailable:
         raise ToolError(
             "run_program: no model provider is available: set ANTHROPIC_API_KEY in the "

@@ -254,7 +254,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         driven.live()
         with state_errors("read_memory"):
             memory = handle.read_memory()
-            location = driven.run.backend.memory_location(driven.id, handle.agent)  # type: ignore[arg-type]
+            location = handle.memory_location()
         text = memory or ""
         result = MemoryResult(agent=handle.agent.name, location=location,  # type: ignore[union-attr]
                               memory=memory, bytes=len(text.encode()))
@@ -273,7 +273,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         driven.live()
         with state_errors("write_memory"):
             handle.write_memory(memory)
-            location = driven.run.backend.memory_location(driven.id, handle.agent)  # type: ignore[arg-type]
+            location = handle.memory_location()
         result = MemoryResult(agent=handle.agent.name, location=location,  # type: ignore[union-attr]
                               bytes=len(memory.encode()))
         await ctx.changed(driven.id)

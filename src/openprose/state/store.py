@@ -195,6 +195,26 @@ class StateStore:
             self._runs.pop(run_id, None)
             self.backend.delete_run(run_id, keep_shared=keep_shared)
 
+    # ------------------------------------------- reading a run without opening it
+    def run_records(self) -> list[RunRecord]:
+        """Every run's record as stored, a damaged one listed with status "damaged"."""
+        return self.backend.list_runs()
+
+    def read_journal(self, run_id: str) -> list[JournalEntry]:
+        """A run's journal, read without opening the run (safe while another drives it)."""
+        return self.backend.read_journal(run_id)
+
+    def stored_binding(self, run_id: str, ref: BindingRef) -> Binding | None:
+        """One binding of a run, read without opening the run."""
+        return self.backend.get_binding(run_id, ref)
+
+    def segment_count(self, run_id: str, agent: AgentRef) -> int:
+        return len(self.backend.list_segments(run_id, agent))
+
+    def run_location(self, run_id: str) -> str:
+        """Where a run's state lives (a directory, or a database and schema)."""
+        return self.backend.run_location(run_id)
+
     def session(self, token: str) -> SessionHandle:
         """The handle for a session-capability token (raises if unknown or ended)."""
         if not isinstance(token, str) or "_" not in token:
@@ -807,6 +827,10 @@ class SessionHandle:
 
     def read_memory(self) -> str | None:
         return self.run.backend.read_memory(self.run.id, self._agent())
+
+    def memory_location(self) -> str:
+        """Where this session's agent keeps its memory."""
+        return self.run.backend.memory_location(self.run.id, self._agent())
 
     def write_memory(self, text: str) -> None:
         self.run.backend.write_memory(self.run.id, self._agent(), text)
