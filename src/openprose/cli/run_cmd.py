@@ -114,7 +114,7 @@ def _read_program(spec: str, root: Path, command: str) -> tuple[str, str]:
 
 
 def cli_provider(name: str, script: str | None, project: str, command: str = "run") -> Any:
-    """The provider named on the command line (see :func:`engine.provider.make_provider`),
+    """The provider named on the command line (see :func:`engine.runner.make_provider`),
     or a refusal naming what is missing."""
     from openprose.engine.errors import ProviderUnavailable
     from openprose.engine.runner import make_provider
