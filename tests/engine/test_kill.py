@@ -1,8 +1,13 @@
-"""Kill tests: SIGKILL `prose run` at random points, resume until done, and compare.
+"""Kill tests: SIGKILL `prose run` at seeded random points of its work, resume until done, and
+compare.
 
-Each backend gets a run killed at seeded random moments and resumed (killed again, possibly)
-until it completes. Then: its outputs equal an uninterrupted run's; the provider's call log
-shows no session started again after its result was committed; every named binding exists.
+Each backend gets a run killed and resumed (and killed again, possibly) until it completes.
+A kill lands right after a seeded random record of the scripted provider's call log: a
+session started, ended (answered, not yet committed) or committed, or a judgment. In the
+drives that are killed the final session never answers (its script holds it), so each drive
+is certainly alive when its kill comes, however fast the machine. Then: the outputs equal
+an uninterrupted run's; the call log shows no session started again after its result was
+committed; every named binding exists.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ conditions:
   - match: "enough"
     verdicts: [false, false, true]
 '''
+# The script of a drive that will be killed: the final session waits until the kill.
+HOLD = SCRIPT.replace("sessions:\n", 'sessions:\n  - match: "final"\n    output: "held"\n'
+                                     '    latency: 3600\n', 1)
 ATTEMPTS = 6
 CLI = [sys.executable, "-c", "from openprose.cli import main; main()"]
 
@@ -62,14 +70,15 @@ def _project(tmp_path: Path, name: str) -> Path:
     root.mkdir()
     (root / "p.prose").write_text(PROGRAM)
     (root / "s.yaml").write_text(SCRIPT)
+    (root / "hold.yaml").write_text(HOLD)
     return root
 
 
-def _run_id(stderr_path: Path) -> str | None:
+def _run_id(stderr_path: Path) -> str:
     for line in stderr_path.read_text().splitlines():
         if line.startswith("run ") and " started" in line:
             return line.split()[1]
-    return None
+    raise AssertionError(f"no run id in {stderr_path.read_text()!r}")
 
 
 def _finish(proc) -> dict:
@@ -78,54 +87,76 @@ def _finish(proc) -> dict:
     return json.loads(out)
 
 
-def _reference(tmp_path: Path, backend: str) -> dict:
+def _log(root: Path) -> list[dict]:
+    log = root / "calls.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+def _kill_after(proc, root: Path, records: int, timeout: float = 60) -> None:
+    """SIGKILL ``proc`` once the call log holds ``records`` records, or once the held final
+    session has started (it never ends on its own)."""
+    first = len(_log(root))
+    deadline = time.monotonic() + timeout
+    while True:
+        log = _log(root)
+        if len(log) >= records or any(entry["phase"] == "start" and entry["key"] == FINAL
+                                      for entry in log[first:]):
+            break
+        assert proc.poll() is None, f"the held drive ended (exit {proc.returncode})"
+        assert time.monotonic() < deadline, f"no record {records} within {timeout:.0f} s"
+        time.sleep(0.005)  # polls the log for the record
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+FINAL = "4"  # the final session's key (the program's fifth statement)
+
+
+def _reference(tmp_path: Path, backend: str) -> tuple[dict, int]:
+    """The uninterrupted run's outputs and the number of records in its call log."""
     root = _project(tmp_path, f"ref-{backend}")
     args = ["run", "p.prose", "--provider", "scripted", "--script", "s.yaml", "--state",
             backend, "--json"]
-    return _finish(_prose(args, root, root / "err.txt"))["outputs"]
+    outputs = _finish(_prose(args, root, root / "err.txt"))["outputs"]
+    return outputs, len(_log(root))
 
 
+PG_URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
+BACKENDS = ["filesystem", "sqlite", pytest.param(
+    "postgres", marks=[pytest.mark.postgres, pytest.mark.skipif(
+        not PG_URL, reason="needs OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])]
 
 
-pytestmark = pytest.mark.usefixtures("postgres_env")
+@pytest.fixture(autouse=True)
+def _postgres_env(monkeypatch):
+    if PG_URL:
+        monkeypatch.setenv("OPENPROSE_POSTGRES_URL", PG_URL)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path, backend):
-    expected = _reference(tmp_path, backend)
+    expected, records = _reference(tmp_path, backend)
     rng = random.Random(f"kill-{backend}")
-    kills = 0
+    kills = planned = 0
     for attempt in range(ATTEMPTS):
         root = _project(tmp_path, f"kill-{backend}-{attempt}")
-        base = ["--provider", "scripted", "--script", "s.yaml", "--json"]
-        proc = _prose(["run", "p.prose", "--state", backend, *base], root, root / "err0.txt")
-        run_id, hop = None, 0
-        while True:
-            time.sleep(rng.uniform(0.3, 0.75))  # startup takes about 0.35 s
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-                kills += 1
-            elif proc.returncode == 0:
-                outputs = json.loads(proc.stdout.read())["outputs"]
-                break
-            run_id = run_id or _run_id(root / f"err{hop}.txt")
-            if run_id is None:  # killed before the run existed: start over
-                proc = _prose(["run", "p.prose", "--state", backend, *base], root,
-                              root / f"err{hop + 1}.txt")
-            else:
-                proc = _prose(["resume", run_id, "--state", backend, *base], root,
-                              root / f"err{hop + 1}.txt")
-            hop += 1
-            if hop > 8:  # let it finish
-                outputs = _finish(proc)["outputs"]
-                break
+        base = ["--state", backend, "--provider", "scripted", "--json"]
+        drives = rng.randint(1, 3)
+        planned += drives
+        proc = _prose(["run", "p.prose", *base, "--script", "hold.yaml"], root,
+                      root / "err0.txt")
+        for hop in range(1, drives + 1):
+            _kill_after(proc, root, len(_log(root)) + rng.randint(1, records))
+            kills += 1
+            script = "hold.yaml" if hop < drives else "s.yaml"
+            proc = _prose(["resume", _run_id(root / "err0.txt"), *base, "--script", script],
+                          root, root / f"err{hop}.txt")
+        outputs = _finish(proc)["outputs"]
         assert outputs == expected
         _assert_no_committed_session_reran(root / "calls.jsonl")
-        # (killed before the run existed, the run that finished was started later)
-        run_id = run_id or next(filter(None, (_run_id(root / f"err{i}.txt")
-                                              for i in range(hop + 1))))
-        _assert_bindings_kept(root, backend, run_id)
-    assert kills >= 10
+        _assert_bindings_kept(root, backend, _run_id(root / "err0.txt"))
+    assert kills == planned >= ATTEMPTS
 
 
 def _assert_bindings_kept(root: Path, backend: str, run_id: str) -> None:
