@@ -153,3 +153,64 @@ async def test_sessions_are_handles_and_a_retry_says_what_failed(tmp_path):
         await host.call("write_binding", token=second["token"], value="a draft")
         final = await host.call("next_step", vm_token=vm_token, wait_s=5)
     assert final["status"] == "completed"
+
+
+LOOPED = """\
+parallel:
+  market = session "Study the market"
+  costs = session "Study the costs"
+  risks = session "Study the risks"
+let draft = "none yet"
+loop until **the draft is approved** (max: 3):
+  draft = session "Write the draft"
+    context: { market, costs, risks }
+output final = session "Polish"
+  context: draft
+"""
+
+
+async def test_a_judgment_lists_bindings_by_reference_within_its_budget(tmp_path):
+    """Issue 25: a host that can call read_binding gets each binding in scope by name, kind,
+    size and a short preview — the whole judgment within 1.5 KB, whatever the values' sizes,
+    the latest iteration's result first — and reads a whole value with the judgment's token."""
+    (tmp_path / "p.prose").write_text(LOOPED)
+    mcp = create_server(tmp_path, home=tmp_path / "home", watch=False)
+    big = {name: f"{name} findings " + "x" * 200_000 for name in ("market", "costs", "risks")}
+    async with Client(mcp, mode="legacy") as client:
+        host = GuidedHost(client, mcp, scripted({}))
+        _, vm_token = await host.start("p.prose", {})
+        step = await host.call("next_step", vm_token=vm_token, wait_s=5)
+        for item in step["pending"]:
+            await host.call("write_binding", token=item["token"], value=big[item["binding"]])
+        judged = []
+        for round_ in range(3):
+            (item,) = (await host.call("next_step", vm_token=vm_token, wait_s=5))["pending"]
+            if item["kind"] == "session":
+                await host.call("write_binding", token=item["token"],
+                                value=f"draft {round_} " + "y" * 300_000)
+                (item,) = (await host.call("next_step", vm_token=vm_token, wait_s=5))["pending"]
+            assert item["kind"] == "judgment"
+            judged.append(item)
+            assert len(json.dumps(item).encode()) <= 1536, len(json.dumps(item).encode())
+            names = [c["name"] for c in item.get("context", [])]
+            if round_:
+                assert names[0] == "latest iteration"
+                latest = await host.call("read_binding", token=item["token"],
+                                         name="latest iteration", limit=20)
+                assert latest["value"] == (f"draft {round_} " + "y" * 20)[:20]
+                assert latest["total_chars"] == 300_008
+            assert {"market", "costs", "risks"} <= set(names)
+            sizes = {c["name"]: c["chars"] for c in item["context"]}
+            assert sizes["market"] == len(big["market"])
+            whole = await host.call("read_binding", token=item["token"], name="market",
+                                    limit=1_000_000)
+            assert whole["value"] == big["market"]
+            with pytest.raises(Refused, match="not in this judgment"):
+                await host.call("read_binding", token=item["token"], name="nothing")
+            await host.call("submit_verdict", token=item["token"], value=round_ == 2,
+                            reason="checked")
+        (polish,) = (await host.call("next_step", vm_token=vm_token, wait_s=5))["pending"]
+        await host.call("write_binding", token=polish["token"], value="final")
+        assert (await host.call("next_step", vm_token=vm_token, wait_s=5))["status"] == \
+            "completed"
+    assert len(judged) == 3

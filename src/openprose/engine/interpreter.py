@@ -553,9 +553,10 @@ class Interpreter:
             self.emit("verdict_reused", key, node, str(recorded.value))
             return recorded.value
         stmt = stmt or node
+        budget = judging.REFERENCES if self.provider.judges_by_reference else judging.WHOLE
         program = judging.program_excerpt(self.lines, stmt.span.line, stmt.span.end_line,
-                                          node.span.line)
-        context, read = judging.context_items(self.visible(ctx.scope, last, round_))
+                                          node.span.line, budget)
+        context, read = judging.context_items(self.visible(ctx.scope, last, round_), budget)
         request = JudgeRequest(key, text, options, context, round_, program, read)
         try:
             async with self.semaphore:

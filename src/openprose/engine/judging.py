@@ -6,6 +6,11 @@ bindings visible in scope, most recently written first, within a budget: a value
 it is small, otherwise a preview plus where to read the rest (``JudgeRequest.read`` gives the
 whole value by name, as a session's capability does). In loops the latest iteration's result
 comes first.
+
+A judge that reads bindings itself (a host model with ``read_binding``, whose context grows
+with every turn) gets :data:`REFERENCES` instead: names, kinds, sizes and short previews
+within about 1.5 KB for the whole judgment, whatever the values' sizes; it reads what it
+needs.
 """
 
 from __future__ import annotations
@@ -26,6 +31,25 @@ LATEST = "latest iteration"
 
 
 @dataclass(frozen=True, slots=True)
+class Budget:
+    """How much of the program and of the run a judgment is shown."""
+
+    values: int = BUDGET  # characters of values (or previews) in all
+    lines_before: int = LINES_BEFORE
+    lines: int = LINES_MAX
+    width: int = LINE_WIDTH
+    preview: int = PREVIEW  # characters of a value too long to show whole
+    by_reference: bool = False  # previews only, however small the value
+
+
+#: For the engine's own providers (one message per judgment, no growing context).
+WHOLE = Budget()
+#: For a judge that reads bindings itself: a few program lines, names, sizes, previews.
+REFERENCES = Budget(values=500, lines_before=2, lines=6, width=100, preview=60,
+                    by_reference=True)
+
+
+@dataclass(frozen=True, slots=True)
 class Seen:
     """One binding a judgment can see."""
 
@@ -35,27 +59,30 @@ class Seen:
     location: str
 
 
-def program_excerpt(lines: list[str], first: int, last: int, focus: int) -> str:
-    """Lines ``first - LINES_BEFORE`` … ``last`` (at most ``LINES_MAX``), numbered, with
+def program_excerpt(lines: list[str], first: int, last: int, focus: int,
+                    budget: Budget = WHOLE) -> str:
+    """Lines ``first - lines_before`` … ``last`` (at most ``budget.lines``), numbered, with
     ``>`` on line ``focus``."""
-    start = max(1, min(first, focus) - LINES_BEFORE)
-    end = min(len(lines), max(last, focus), start + LINES_MAX - 1)
+    start = max(1, min(first, focus) - budget.lines_before)
+    end = min(len(lines), max(last, focus), start + budget.lines - 1)
     width = len(str(end))
-    return "\n".join(f"{'>' if no == focus else ' '} {no:>{width}} | {_cut(lines[no - 1])}"
-                     for no in range(start, end + 1))
+    return "\n".join(f"{'>' if no == focus else ' '} {no:>{width}} | "
+                     f"{_cut(lines[no - 1], budget.width)}" for no in range(start, end + 1))
 
 
-def _cut(line: str) -> str:
-    return line if len(line) <= LINE_WIDTH else line[:LINE_WIDTH] + " …"
+def _cut(line: str, width: int) -> str:
+    return line if len(line) <= width else line[:width] + " …"
 
 
-def context_items(seen: Iterable[Seen], budget: int = BUDGET
+def context_items(seen: Iterable[Seen], budget: Budget = WHOLE
                   ) -> tuple[tuple[ContextItem, ...], Callable[[str], str] | None]:
-    """Context items within ``budget`` characters, in the order given (the first
-    ``MAX_ITEMS``), and a reader of the whole values (``None`` when all are shown whole)."""
+    """Context items within the budget, in the order given (the first ``MAX_ITEMS``), and a
+    reader of the whole values (``None`` when all are shown whole)."""
+    if budget.by_reference:
+        return references(seen, budget)
     items: list[ContextItem] = []
     whole: dict[str, str] = {}
-    left = budget
+    left = budget.values
     cut = False
     for entry in islice(seen, MAX_ITEMS):
         whole[entry.name] = entry.text
@@ -63,7 +90,7 @@ def context_items(seen: Iterable[Seen], budget: int = BUDGET
         if size <= min(VERBATIM_LIMIT, left):
             text = entry.text
         elif left >= 200:
-            shown = min(PREVIEW, left - 150)
+            shown = min(budget.preview, left - 150)
             text = (f"{entry.text[:shown]}\n[... {size - shown} more characters: read the "
                     f"whole value with read_binding(\"{entry.name}\") or at {entry.location}]")
             cut = True
@@ -73,16 +100,40 @@ def context_items(seen: Iterable[Seen], budget: int = BUDGET
             cut = True
         left = max(0, left - len(text))
         items.append(ContextItem(entry.name, text, entry.location, entry.kind))
-    if not cut:
-        return tuple(items), None
+    return tuple(items), (_reader(whole) if cut else None)
 
+
+def references(seen: Iterable[Seen], budget: Budget = REFERENCES
+               ) -> tuple[tuple[ContextItem, ...], Callable[[str], str]]:
+    """Every binding by name, kind and size (``ContextItem.size``), the first ones with a
+    one-line preview of ``budget.preview`` characters while ``budget.values`` lasts; then
+    names only, until they too would exceed it. The reader gives any listed value whole."""
+    items: list[ContextItem] = []
+    whole: dict[str, str] = {}
+    left = budget.values
+    for entry in islice(seen, MAX_ITEMS):
+        cost = len(entry.name) + len(entry.kind) + 8  # name, kind and size, roughly
+        if cost > left:
+            break
+        preview = " ".join(entry.text[:budget.preview * 2].split())[:budget.preview]
+        if len(preview) < len(entry.text) and preview:
+            preview += " …"
+        shown = preview if cost + len(preview) <= left and left > budget.values // 3 else ""
+        left -= cost + len(shown)
+        whole[entry.name] = entry.text
+        items.append(ContextItem(entry.name, shown, entry.location, entry.kind,
+                                 len(entry.text)))
+    return tuple(items), _reader(whole)
+
+
+def _reader(whole: dict[str, str]) -> Callable[[str], str]:
     def read(name: str) -> str:
         if name not in whole:
             raise KeyError(f"'{name}' is not in this judgment's context "
                            f"({', '.join(whole)})")
         return whole[name]
 
-    return tuple(items), read
+    return read
 
 
 def describe(items: tuple[ContextItem, ...], program: str) -> str:

@@ -31,6 +31,8 @@ class ContextItem:
     text: str
     location: str
     kind: str = ""
+    #: Characters of the whole value when ``text`` is only a preview of it.
+    size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,10 @@ class Provider(ABC):
     name: str = "provider"
     #: True when the provider fetches context itself through :class:`SessionIO`.
     reads_context: bool = False
+    #: True when the judge reads bindings itself (a host with ``read_binding``): a judgment
+    #: then lists the bindings in scope by name, kind, size and a short preview
+    #: (:data:`openprose.engine.judging.REFERENCES`) instead of carrying their values.
+    judges_by_reference: bool = False
 
     @abstractmethod
     async def run_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:

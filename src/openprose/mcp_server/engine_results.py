@@ -13,10 +13,13 @@ from openprose.mcp_server.results import OutputRef
 
 
 class ContextRef(BaseModel):
+    """A binding a judgment may weigh: its size and a preview; read_binding with the
+    judgment's token gives the whole value."""
+
     name: str
-    text: str
-    location: str
     kind: str | None = None
+    chars: int
+    preview: str | None = None
 
 
 class PendingItem(BaseModel):
@@ -47,9 +50,12 @@ class PendingItem(BaseModel):
             lines.append("answer: true or false")
         if self.program:
             lines.append(f"in the program ('>' marks the line):\n{self.program}")
+        if self.context:
+            lines.append("in scope (read_binding(token, name) reads one whole):")
         for item in self.context or ():
-            kind = f", {item.kind}" if item.kind else ""
-            lines.append(f"- {item.name} ({item.location}{kind}): {item.text}")
+            kind = f"{item.kind}, " if item.kind else ""
+            preview = f": {item.preview}" if item.preview else ""
+            lines.append(f"- {item.name} ({kind}{item.chars} chars){preview}")
         lines.append(f'Answer with submit_verdict(token="{self.token}", value, reason).')
         return "\n".join(lines)
 

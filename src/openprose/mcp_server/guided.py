@@ -108,8 +108,8 @@ class JudgmentItem:
         if self.request.options:
             item["options"] = list(self.request.options)
         if self.request.context:
-            item["context"] = [{"name": c.name, "text": c.text, "location": c.location,
-                                "kind": c.kind} for c in self.request.context]
+            item["context"] = [{"name": c.name, "kind": c.kind, "chars": c.size,
+                                "preview": c.text} for c in self.request.context]
         if self.request.program:
             item["program"] = self.request.program
         if self.request.round:
@@ -135,6 +135,7 @@ class HostProvider(Provider):
 
     name = "host"
     reads_context = True
+    judges_by_reference = True
 
     def __init__(self, run_label: str = "") -> None:
         self.run_label = run_label
@@ -262,6 +263,18 @@ class HostProvider(Provider):
         if item is None:
             raise self._refusal(token, "session")
         return item
+
+    def read_for_judgment(self, token: str, name: str) -> str:
+        """The whole value of a binding a pending judgment lists."""
+        item = self._live(token, JudgmentItem)
+        if item is None:
+            raise self._refusal(token, "judgment")
+        if item.request.read is None:
+            raise ItemRefused("this judgment lists no bindings")
+        try:
+            return item.request.read(name)
+        except KeyError as err:
+            raise ItemRefused(str(err.args[0])) from None
 
     def session_io(self, token: str) -> SessionIO:
         """The capability of a pending session (read its context, its agent's memory)."""

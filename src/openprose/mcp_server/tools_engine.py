@@ -48,7 +48,14 @@ from openprose.mcp_server.engine_results import (
     compact,
 )
 from openprose.mcp_server.engine_runs import EngineRun, EngineRuns, prepare
-from openprose.mcp_server.guided import HostProvider, Item, ItemRefused, SessionItem
+from openprose.mcp_server.guided import (
+    JUDGMENT_PREFIX,
+    SESSION_PREFIX,
+    HostProvider,
+    Item,
+    ItemRefused,
+    SessionItem,
+)
 from openprose.mcp_server.prompts import PromptError, program_text
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.results import OutputRef, ReadResult, WriteResult
@@ -189,7 +196,7 @@ class GuidedRoute:
         self.modes = modes
 
     def owns(self, token: str) -> bool:
-        return isinstance(token, str) and token.startswith("gs_")
+        return isinstance(token, str) and token.startswith((SESSION_PREFIX, JUDGMENT_PREFIX))
 
     async def brief(self, token: str) -> CallToolResult:
         _, host = self.modes.item_owner(token)
@@ -213,6 +220,12 @@ class GuidedRoute:
 
     async def read(self, token: str, name: str, offset: int, limit: int) -> CallToolResult:
         _, host = self.modes.item_owner(token)
+        if token.startswith(JUDGMENT_PREFIX):
+            try:
+                value = host.read_for_judgment(token, name)
+            except ItemRefused as err:
+                raise Refusal("a judgment reads the bindings it lists", str(err)) from None
+            return _read_result(name, value, offset, limit)
         try:
             io = host.session_io(token)
             allowed = {item.name for item in host.context_names(token)}
@@ -225,12 +238,7 @@ class GuidedRoute:
                           str(err)) from None
         except StateError as err:
             raise ToolError(f"read_binding: {err}") from None
-        part = value[offset:offset + limit]
-        end = offset + len(part)
-        result = ReadResult(name=name, execution_id=None, kind="context", value=part,
-                            offset=offset, total_chars=len(value),
-                            next_offset=end if end < len(value) else None)
-        return compact(result, part)
+        return _read_result(name, value, offset, limit)
 
     async def read_memory(self, token: str) -> str | None:
         _, host = self.modes.item_owner(token)
@@ -247,6 +255,15 @@ class GuidedRoute:
         except ItemRefused as err:
             raise Refusal("a guided session's memory is reached with its live token",
                           str(err)) from None
+
+
+def _read_result(name: str, value: str, offset: int, limit: int) -> CallToolResult:
+    part = value[offset:offset + limit]
+    end = offset + len(part)
+    result = ReadResult(name=name, execution_id=None, kind="context", value=part,
+                        offset=offset, total_chars=len(value),
+                        next_offset=end if end < len(value) else None)
+    return compact(result, part)
 
 
 def build_provider(name: str, script: str | None, root: Path, client: Context | None
@@ -339,8 +356,9 @@ def _item(item: Item) -> PendingItem:
     judged = item.request
     return PendingItem(kind="judgment", token=item.token, condition=judged.text,
                        options=list(judged.options) or None,
-                       context=[ContextRef(name=c.name, text=c.text, location=c.location,
-                                           kind=c.kind or None)
+                       context=[ContextRef(name=c.name, kind=c.kind or None,
+                                           chars=len(c.text) if c.size is None else c.size,
+                                           preview=c.text or None)
                                 for c in judged.context] or None,
                        program=judged.program or None,
                        round=judged.round or None)
