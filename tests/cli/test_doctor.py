@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.cli.conftest import Project, run_id_of
 
 SECRET = "sk-ant-doctor-secret-7c1e"
 PROGRAM = 'output summary = session "Summarize"\n'
+PROSE = Path(sys.executable).with_name("prose")
 
 
 @pytest.fixture(autouse=True)
@@ -142,7 +144,8 @@ def test_unwritable_prose_fails_with_a_fix(tmp_path: Path) -> None:
     assert "chmod u+w" in found["write access"]["fix"]
 
 
-def test_hosts_configured_by_install_skill_are_recognized(tmp_path: Path, home: Path) -> None:
+def test_hosts_configured_by_install_skill_are_recognized(
+        tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project = Project(tmp_path / "p", "filesystem")
     project.root.mkdir()
     code, found, _ = checks(project)
@@ -162,11 +165,21 @@ def test_hosts_configured_by_install_skill_are_recognized(tmp_path: Path, home: 
     (home / ".claude").mkdir()
     (home / ".claude" / "settings.json").write_text(
         json.dumps({"enabledPlugins": {"openprose@openprose": True}}))
+    # The plugin's server finds no prose (none on PATH, none recorded) until
+    # install-skill --claude-code records this one.
+    monkeypatch.setenv("PATH", str(home / "empty"))
+    _, found, _ = checks(project)
+    assert found["claude code"]["status"] == "warn"
+    assert "finds no prose" in found["claude code"]["detail"]
+    assert found["claude code"]["fix"].startswith("prose install-skill --claude-code")
+    recorded = project.prose("install-skill", "--claude-code")
+    assert recorded.exit_code == 0, recorded.output
     code, found, _ = checks(project)
     assert code == 0
     assert found["claude desktop"]["status"] == "ok"
-    assert found["claude code"] == {"name": "claude code", "status": "ok",
-                                    "detail": "plugin openprose@openprose enabled", "fix": ""}
+    assert found["claude code"] == {
+        "name": "claude code", "status": "ok", "fix": "",
+        "detail": f"plugin openprose@openprose enabled; its server starts {PROSE}"}
 
     entry = json.loads(target.read_text())
     entry["mcpServers"]["openprose"]["command"] = str(home / "gone" / "prose")

@@ -251,7 +251,13 @@ def check_claude_desktop() -> Check:
 
 def check_claude_code(root: Path) -> Check:
     """The plugin enabled, or the server registered (user, local or project scope)."""
-    from openprose.cli.host_setup import PLUGIN_ID, SERVER_NAME
+    from openprose.cli.host_setup import (
+        PLUGIN_ID,
+        SERVER_NAME,
+        HostSetupError,
+        marketplace_root,
+        plugin_launcher,
+    )
 
     home = Path.home()
     found = []
@@ -270,6 +276,17 @@ def check_claude_code(root: Path) -> Check:
     if not found:
         return Check("claude code", "warn", "not configured for openprose",
                      "prose install-skill --claude-code prints the lines to run")
+    marketplace = marketplace_root()
+    if f"plugin {PLUGIN_ID} enabled" in found and marketplace is not None:
+        try:
+            started = plugin_launcher(marketplace).find_prose()
+        except (HostSetupError, OSError) as err:
+            return Check("claude code", "warn", f"cannot load the plugin's launcher: {err}")
+        if started is None:
+            return Check("claude code", "warn", f"plugin {PLUGIN_ID} enabled, but its server "
+                         "finds no prose (it can only say how to install it)",
+                         "prose install-skill --claude-code (records this prose for it)")
+        found.append(f"its server starts {started}")
     return Check("claude code", "ok", "; ".join(found))
 
 

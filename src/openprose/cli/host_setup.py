@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
+from types import ModuleType
 
 from openprose.errors import OpenProseError
 from openprose.state.files import atomic_write
@@ -59,19 +60,24 @@ def marketplace_root() -> Path | None:
     return None
 
 
-def record_for_plugin(executable: Path, marketplace: Path | None) -> Path | None:
-    """Record ``executable`` where the plugin's server launcher (``skill/bin/prose_mcp.py``,
-    which owns that location) looks for ``prose``; the record file, or None without the
-    plugin folder."""
-    if marketplace is None:
-        return None
+def plugin_launcher(marketplace: Path) -> ModuleType:
+    """The plugin's server launcher (``skill/bin/prose_mcp.py``, standard library only, not
+    part of this package): it owns where ``prose`` is looked for and recorded."""
     launcher = marketplace / LAUNCHER
     spec = importlib.util.spec_from_file_location("openprose_plugin_launcher", launcher)
     if spec is None or spec.loader is None:
         raise HostSetupError(f"{launcher}: cannot load the plugin's server launcher")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.record(executable)
+    return module
+
+
+def record_for_plugin(executable: Path, marketplace: Path | None) -> Path | None:
+    """Record ``executable`` where the plugin's server launcher looks for ``prose``; the
+    record file, or None without the plugin folder."""
+    if marketplace is None:
+        return None
+    return plugin_launcher(marketplace).record(executable)
 
 
 def desktop_config_path() -> Path:
