@@ -89,10 +89,20 @@ class Run:
         except Refused:  # a token replaced or a run finished: nothing is pending any more
             return None
 
-    async def session(self, statement: str, prompt: str = "work", **arguments: Any) -> str:
+    async def session(self, statement: str, prompt: str = "", **arguments: Any) -> str:
         spawned = await self.call("spawn_session", vm_token=self.vm, statement=statement,
                                   prompt=prompt, **arguments)
         return spawned["session_token"]
+
+    async def to_the_loop(self) -> None:
+        """Walk the program up to its loop: statement 5's session, the call of dig."""
+        token = await self.session("5", "Scout caves")
+        await self.call("write_binding", token=token, value="tunnels")
+        frame = await self.call("push_frame", vm_token=self.vm, block="dig",
+                                args_from={"area": "first"}, statement="6")
+        dug = await self.session("dig.0", "Dig tunnels", execution_id=frame["execution_id"])
+        await self.call("write_binding", token=dug, value="gems")
+        await self.call("pop_frame", vm_token=self.vm, execution_id=frame["execution_id"])
 
 
 @asynccontextmanager
@@ -132,26 +142,39 @@ async def test_spawn_session_rules(root: Path) -> None:
         await run.refused("spawn_session", "runs agent 'scout', not 'keeper'",
                           "rule: a session runs the agent its statement names",
                           vm_token=run.vm, statement="5", prompt="p", agent="keeper")
-        await run.refused("spawn_session", "the prompt is empty", vm_token=run.vm,
-                          statement="5", prompt="  ")
-        await run.refused("spawn_session", "'nothing' is not a binding visible",
-                          "rule: context names resolve in the scope chain", vm_token=run.vm,
-                          statement="5", prompt="p", context=["topic", "nothing"])
-        await run.refused("spawn_session", "agent 'keeper' has no memory yet",
-                          "[statement 9, line 22]", vm_token=run.vm, statement="9",
-                          prompt="Recall")
-        other = await run.call("push_frame", vm_token=run.vm, block="other")
-        await run.refused("spawn_session", "is a frame of block 'other'", vm_token=run.vm,
-                          statement="dig.0", prompt="p", execution_id=other["execution_id"])
-        await run.call("pop_frame", vm_token=run.vm, execution_id=other["execution_id"])
-        await run.refused("spawn_session", f"frame {other['execution_id']} was popped",
-                          vm_token=run.vm, statement="other.0", prompt="p",
-                          execution_id=other["execution_id"])
+        await run.refused("spawn_session", "the prompt differs from the program's, which "
+                          "is: 'Scout caves'", "rule: a session's prompt is the program's",
+                          vm_token=run.vm, statement="5", prompt="Scout the moon")
+        await run.refused("spawn_session", "nothing not in the program's context (none)",
+                          "rule: a session's context is the program's", vm_token=run.vm,
+                          statement="5", context=["nothing"])
+        await run.refused("spawn_session", "statement 9 is not next", "next: spawn_session 5",
+                          "[statement 9, line 22]", vm_token=run.vm, statement="9")
+        token = await run.session("5", "  Scout\n caves ")  # the same text, spaced otherwise
+        await run.refused("spawn_session", "statement 5 has started already", vm_token=run.vm,
+                          statement="5")
+        await run.call("write_binding", token=token, value="tunnels")
+        await run.refused("spawn_session", "statement 5 is not next",
+                          "statement 5 has already run here", "next: push_frame dig(area=",
+                          vm_token=run.vm, statement="5")
+        frame = await run.call("push_frame", vm_token=run.vm, block="dig",
+                               args_from={"area": "first"}, statement="6")
+        eid = frame["execution_id"]
+        await run.refused("spawn_session", f"frame {eid} is a frame of block 'dig'",
+                          vm_token=run.vm, statement="other.0", execution_id=eid)
+        dug = await run.call("spawn_session", vm_token=run.vm, statement="dig.0",
+                             execution_id=eid)
+        brief = await run.call("get_brief", token=dug["session_token"])
+        assert brief["task"] == "Dig tunnels" and brief["context"][0]["name"] == "area"
+        await run.call("write_binding", token=dug["session_token"], value="gems")
+        await run.call("pop_frame", vm_token=run.vm, execution_id=eid)
+        await run.refused("spawn_session", f"frame {eid} was popped", vm_token=run.vm,
+                          statement="dig.0", execution_id=eid)
 
 
 async def test_write_binding_rules_for_sessions(root: Path) -> None:
     async with started(root) as run:
-        token = await run.session("5", "Scout caves", context=["topic"])
+        token = await run.session("5", "Scout caves")
         await run.refused("write_binding", "this session writes 'first', not 'other'",
                           "rule: a session token writes exactly its own binding",
                           token=token, value="v", name="other")
@@ -165,7 +188,8 @@ async def test_write_binding_rules_for_sessions(root: Path) -> None:
                           "[statement 5, line 12]", vm_token=run.vm, statement="5",
                           status="complete")
         await run.refused("complete_run", "output 'result' has not been written",
-                          vm_token=run.vm)
+                          "the program has not finished; next: write_binding by the pending "
+                          "session(s) of 5", vm_token=run.vm)
         first = await run.call("write_binding", token=token, value="tunnels", summary="s")
         assert "tunnels" not in str({k: v for k, v in first.items()})
         again = await run.call("write_binding", token=token, value="tunnels", summary="s")
@@ -187,7 +211,19 @@ async def test_write_binding_rules_for_the_vm(root: Path) -> None:
         await run.call("write_binding", token=run.vm, name="limit", value="3")
         await run.refused("write_binding", "'limit' is a const", "[statement 3, line 8]",
                           token=run.vm, name="limit", value="4")
-        frame = await run.call("push_frame", vm_token=run.vm, block="dig", args={"area": "x"})
+        await run.to_the_loop()
+        frame = await run.call("run_status", vm_token=run.vm)  # dig's frame, popped
+        assert frame["frames"] == []
+        await run.refused("write_binding", "frame 1 was popped", token=run.vm, name="found",
+                          value="v", execution_id=1)
+
+
+async def test_write_binding_in_a_frame(root: Path) -> None:
+    async with started(root) as run:
+        token = await run.session("5", "Scout caves")
+        await run.call("write_binding", token=token, value="tunnels")
+        frame = await run.call("push_frame", vm_token=run.vm, block="dig",
+                               args_from={"area": "first"}, statement="6")
         await run.refused("write_binding", "no statement at block 'dig' binds 'result'",
                           token=run.vm, name="result", value="v",
                           execution_id=frame["execution_id"])
@@ -239,32 +275,69 @@ async def test_frame_rules(root: Path) -> None:
                           vm_token=run.vm, block="dig", args_from={"area": "nothing"})
         await run.refused("push_frame", "statement 5 is a session statement",
                           vm_token=run.vm, block="dig", args={"area": "x"}, statement="5")
+        await run.refused("push_frame", "no call of block 'dig' is next",
+                          "next: spawn_session 5", vm_token=run.vm, block="dig",
+                          args={"area": "x"})
+        first = await run.session("5", "Scout caves")
+        await run.call("write_binding", token=first, value="tunnels")
+        await run.refused("push_frame", "the call of block 'dig' expects arguments "
+                          "area='tunnels'", vm_token=run.vm, block="dig", args={"area": "y"})
         one = await run.call("push_frame", vm_token=run.vm, block="dig",
-                             args_from={"area": "topic"}, statement="6")
+                             args_from={"area": "first"}, statement="6")
         assert (one["depth"], one["max_depth"]) == (1, 2)
-        two = await run.call("push_frame", vm_token=run.vm, block="dig", args={"area": "y"},
-                             parent=one["execution_id"])
-        await run.refused("push_frame", "RecursionLimitExceeded: block 'dig' exceeded "
-                          "max_depth 2", vm_token=run.vm, block="dig", args={"area": "z"},
-                          parent=two["execution_id"])
-        await run.refused("pop_frame", "only the top frame pops", vm_token=run.vm,
+        await run.refused("push_frame", "no call of block 'dig' from frame 1 is next",
+                          vm_token=run.vm, block="dig", args={"area": "y"},
+                          parent=one["execution_id"])
+        await run.refused("pop_frame", "frame 1 (block 'dig') has statements still to run",
+                          "next: spawn_session dig.0 in frame 1", vm_token=run.vm,
                           execution_id=one["execution_id"])
-        token = await run.session("dig.0", "Dig y", execution_id=two["execution_id"],
-                                  context=["area"])
-        assert (await run.call("read_binding", token=token, name="area"))["value"] == "y"
-        await run.refused("pop_frame", "the session for 'found' in frame 2 is pending",
-                          vm_token=run.vm, execution_id=two["execution_id"])
+        token = await run.session("dig.0", "Dig tunnels", execution_id=one["execution_id"])
+        assert (await run.call("read_binding", token=token, name="area"))["value"] == "tunnels"
+        await run.refused("pop_frame", "the session for 'found' in frame 1 is pending",
+                          vm_token=run.vm, execution_id=one["execution_id"])
         await run.refused("complete_run", "the session for 'found' has not written",
                           vm_token=run.vm)
         await run.call("write_binding", token=token, value="gems")
-        await run.call("pop_frame", vm_token=run.vm, execution_id=two["execution_id"])
+        await run.call("pop_frame", vm_token=run.vm, execution_id=one["execution_id"])
         await run.refused("pop_frame", "already popped", vm_token=run.vm,
-                          execution_id=two["execution_id"])
-        await run.refused("push_frame", "frame 2 was popped", vm_token=run.vm, block="dig",
-                          args={"area": "w"}, parent=two["execution_id"])
-        await run.call("write_binding", token=run.vm, name="result", copy_of="topic")
-        await run.refused("complete_run", "frame 1 of block 'dig' is still live",
-                          vm_token=run.vm)
+                          execution_id=one["execution_id"])
+        await run.refused("push_frame", "frame 1 was popped", vm_token=run.vm, block="dig",
+                          args={"area": "w"}, parent=one["execution_id"])
+
+
+NESTED = """block inner(x) (max_depth: 2):
+  session "Inner {x}"
+  do inner(x)
+block outer(y):
+  do inner(y)
+do outer("a")
+"""
+
+
+async def test_nested_frame_rules(root: Path) -> None:
+    (root / "nested.prose").write_text(NESTED)
+    async with host(root, {}, watch=False) as h:
+        run = await h.call("start_run", program="nested.prose")
+        vm = run["vm_token"]
+        outer = (await h.call("push_frame", vm_token=vm, block="outer", args={"y": "a"},
+                              statement="2"))["execution_id"]
+        inner = (await h.call("push_frame", vm_token=vm, block="inner", args={"x": "a"},
+                              parent=outer))["execution_id"]
+        text = await h.refused("pop_frame", vm_token=vm, execution_id=outer)
+        assert "only the top frame pops" in text
+        text = await h.refused("complete_run", vm_token=vm)
+        assert f"frame {outer} of block 'outer' is still live" in text
+        assert "the program has not finished" in text
+        spawned = await h.call("spawn_session", vm_token=vm, statement="inner.0",
+                               execution_id=inner)
+        await h.call("write_binding", token=spawned["session_token"], value="v")
+        text = await h.refused("push_frame", vm_token=vm, block="inner", args={"x": "a"},
+                               parent=inner)
+        assert "no call of block 'inner' from frame" in text
+        assert "the program failed: block 'inner' exceeded max_depth 2" in text
+        text = await h.refused("complete_run", vm_token=vm)
+        assert "the program failed: block 'inner' exceeded max_depth 2" in text
+        assert "complete_run with status 'failed'" in text
 
 
 async def test_verdict_rules(root: Path) -> None:
@@ -278,6 +351,18 @@ async def test_verdict_rules(root: Path) -> None:
                           value="maybe", reason="r")
         await run.refused("record_verdict", "the reason is empty", vm_token=run.vm,
                           statement="7", value=False, reason=" ")
+        await run.refused("record_verdict", "no verdict for statement 7 iteration 0 is "
+                          "wanted now", "next: spawn_session 5", vm_token=run.vm,
+                          statement="7", value=False, reason="r")
+        await run.to_the_loop()
+        await run.refused("spawn_session", "statement 7.0 is not next",
+                          "next: record_verdict 7 iteration 0", vm_token=run.vm,
+                          statement="7.0")
+        await run.refused("record_verdict", "no verdict for statement 8 iteration 0",
+                          "next: record_verdict 7 iteration 0", vm_token=run.vm,
+                          statement="8", value="left", reason="r")
+        await run.refused("record_verdict", "no verdict for statement 7 iteration 1",
+                          vm_token=run.vm, statement="7", value=False, reason="r", iteration=1)
         recorded = await run.call("record_verdict", vm_token=run.vm, statement="7",
                                   value=False, reason="still shallow", iteration=0)
         assert recorded["recorded"] is True
@@ -290,6 +375,21 @@ async def test_verdict_rules(root: Path) -> None:
         status = await run.call("run_status", vm_token=run.vm)
         assert status["verdicts"] == [{"key": "7@0?0", "value": False,
                                        "reason": "still shallow"}]
+        await run.refused("spawn_session", "statement 8.o0.0 is not next",
+                          "next: spawn_session 7.0", vm_token=run.vm, statement="8.o0.0")
+        deeper = await run.session("7.0", "Go deeper")
+        await run.call("write_binding", token=deeper, value="down")
+        await run.call("record_verdict", vm_token=run.vm, statement="7", value=True,
+                       reason="deep now", iteration=1)
+        await run.refused("spawn_session", "statement 7.0 is not next",
+                          "the verdict recorded for 7 (iteration 1) is True",
+                          "next: record_verdict 8 iteration 0", vm_token=run.vm,
+                          statement="7.0")
+        await run.call("record_verdict", vm_token=run.vm, statement="8", value="right",
+                       reason="r")
+        await run.refused("spawn_session", "statement 8.o0.0 is not next",
+                          "the verdict recorded for 8 (iteration 0) is 'right'",
+                          "next: spawn_session 8.o1.0", vm_token=run.vm, statement="8.o0.0")
 
 
 async def test_memory_rules(root: Path) -> None:
@@ -348,7 +448,7 @@ async def test_parallel_sessions_are_pending_together_and_complete_in_any_order(
         tokens = {}
         for name in ("north", "south", "east"):
             spawned = await h.call("spawn_session", vm_token=vm, statement=ids[name],
-                                   prompt=f"Go {name}")
+                                   prompt=f"Go {name}")  # the program's prompt: accepted
             tokens[name] = spawned["session_token"]
         status = await h.call("run_status", vm_token=vm)
         assert sorted(p["binding"] for p in status["pending"]) == ["east", "north", "south"]
@@ -356,8 +456,7 @@ async def test_parallel_sessions_are_pending_together_and_complete_in_any_order(
             await h.call("write_binding", token=tokens[name], value=f"{name} road")
             left = (await h.call("run_status", vm_token=vm))["pending"]
             assert name not in [p["binding"] for p in left]
-        join = await h.call("spawn_session", vm_token=vm, statement=ids["route"],
-                            prompt="Join", context=["north", "south", "east"])
+        join = await h.call("spawn_session", vm_token=vm, statement=ids["route"])
         read = await h.call("read_binding", token=join["session_token"], name="south")
         assert read["value"] == "south road"
         await h.call("write_binding", token=join["session_token"], value="all roads")
@@ -370,7 +469,7 @@ async def test_values_are_returned_by_read_binding_only_and_never_rewritten(
     value = ("ANTHROPIC_API_KEY=sk-ant-api03-" + "x" * 40 + "\npassword: hunter2\n"
              "<script>alert(1)</script>\r\n" + "é" * 3000 + "\x00tail")
     async with started(root) as run:
-        token = await run.session("5", "Scout caves", context=["topic"])
+        token = await run.session("5", "Scout caves")
         texts = []
         for tool, args in [("write_binding", {"token": token, "value": value}),
                            ("run_status", {"vm_token": run.vm}),

@@ -28,7 +28,7 @@ agent keeper:
 let digest = session "Digest the material"
   context: material
 let notes = session: keeper
-  prompt: "Note what matters"
+  prompt: "TASK"
   context: digest
 """
 
@@ -38,13 +38,15 @@ async def spawned(root: Path, material: str, binding: str, prompt: str, context:
     """Structured content, text and wire bytes of the spawn_session of ``binding``'s
     statement in a fresh run, and what get_brief gives its subagent."""
     async with Client(create_server(root, watch=False), mode="legacy") as client:
-        started = await client.call_tool("start_run", {"program": PROGRAM.replace("ROLE", role),
+        source = PROGRAM.replace("ROLE", role).replace("TASK", prompt if binding == "notes"
+                                                        else "Note what matters")
+        started = await client.call_tool("start_run", {"program": source,
                                                        "inputs": {"material": material}})
         vm = started.structured_content["vm_token"]
         ids = {item["binds"]: item["id"] for item in started.structured_content["outline"]}
         if binding == "notes":  # the keeper's session reads digest: write it first
             first = await client.call_tool("spawn_session", {
-                "vm_token": vm, "statement": ids["digest"], "prompt": "Digest",
+                "vm_token": vm, "statement": ids["digest"],
                 "context": ["material"]})
             await client.call_tool("write_binding", {
                 "token": first.structured_content["session_token"], "value": "a digest"})

@@ -22,6 +22,7 @@ input topic: "What to research"
 block review(draft) (max_depth: 2):
   let notes = session "Review {draft}"
 let a = session "Angle on {topic}"
+do review(a)
 output final = session "Finish"
   context: a
 """
@@ -51,14 +52,17 @@ async def test_structured_content_validates_against_listed_output_schemas(
 
         started = await call("start_run", program="study.prose", inputs={"topic": "tides"})
         vm = started["vm_token"]
-        spawned = await call("spawn_session", vm_token=vm, statement="3",
+        spawned = await call("spawn_session", vm_token=vm, statement="2",
                              prompt="Angle on tides")
         await call("write_binding", token=spawned["session_token"], value="an angle")
         await call("read_binding", token=vm, name=spawned["binding"])
         frame = await call("push_frame", vm_token=vm, block="review",
-                           args={"draft": "a draft"})
+                           args={"draft": "an angle"})
+        review = await call("spawn_session", vm_token=vm, statement="review.0",
+                            execution_id=frame["execution_id"])
+        await call("write_binding", token=review["session_token"], value="fine")
         await call("pop_frame", vm_token=vm, execution_id=frame["execution_id"])
         await call("run_status", vm_token=vm)
         await call("compile_program", program="study.prose")
         await call("list_runs")
-    assert len(checked) == 9
+    assert len(checked) == 11

@@ -33,6 +33,7 @@ from openprose.engine.provider import Provider, SessionRequest, SessionResult, U
 from openprose.engine.scripted import ScriptedProvider
 from openprose.engine.values import to_text
 from openprose.language import compile_or_raise
+from openprose.mcp_server.follow import round_of, statement_of
 
 EID: contextvars.ContextVar[int | None] = contextvars.ContextVar("eid", default=None)
 
@@ -93,24 +94,6 @@ class Bridge:
     async def acall(self, tool: str, **arguments: Any) -> dict[str, Any]:
         future = asyncio.run_coroutine_threadsafe(self._call(tool, arguments), self.loop)
         return await asyncio.wrap_future(future)
-
-
-def statement_of(key: str) -> str:
-    """The outline id of an engine step key: block calls, iterations and rounds removed."""
-    body = key.rsplit(">", 1)[-1]  # inside a block: "<call site>>name.3" -> "name.3"
-    out, depth = [], 0
-    for char in body:
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        elif depth == 0:
-            out.append(char)
-    return "".join(out).split("?")[0]
-
-
-def round_of(key: str) -> int:
-    return int(key.rsplit("?", 1)[1]) if "?" in key else 0
 
 
 class HostIO:

@@ -29,10 +29,12 @@ from typing import Any
 
 from openprose.engine.briefs import Brief
 from openprose.language import compile as compile_program
-from openprose.mcp_server.outline import Outline, Statement, build
+from openprose.mcp_server.follow import Follower
+from openprose.mcp_server.outline import Agent, Outline, Statement, build
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.resources import RunCatalog
 from openprose.state import (
+    AgentRef,
     Binding,
     BindingRef,
     CapabilityError,
@@ -72,6 +74,15 @@ def verdict_key(statement: str, execution_id: int | None, iteration: int) -> str
     return f"{SESSION_PREFIX}{statement}@{execution_id or 0}?{iteration}"
 
 
+def agent_ref(agent: Agent) -> AgentRef | None:
+    """Where a persistent agent's memory is (None: the agent is not persistent)."""
+    if agent.persist is None:
+        return None
+    if agent.persist in ("execution", "project", "user"):
+        return AgentRef(agent.name, agent.persist)
+    return AgentRef(agent.name, "custom", agent.persist)
+
+
 @dataclass
 class Pending:
     """A session granted and not yet written (``token``: known to the server that granted
@@ -85,6 +96,7 @@ class Pending:
     #: What the session's subagent is told (``get_brief``); None when granted by an earlier
     #: server, which kept the VM's prompt.
     brief: Brief | None = None
+    follows: str | None = None  # the followed program's parked session it answers
 
 
 @dataclass
@@ -108,6 +120,7 @@ class DrivenRun:
     sequence: Counter[tuple[str, int]] = field(default_factory=Counter)
     completed: dict[tuple[str, int], BindingRef] = field(default_factory=dict)
     holder: DriverLock | None = None  # the run-driver lock while this server drives it
+    follower: Follower | None = None  # the program followed beside an embodied host
     _running: bool = field(default=False, repr=False)
 
     @property
@@ -128,6 +141,12 @@ class DrivenRun:
     @property
     def backend(self) -> str:
         return self.run.store.kind
+
+    def has_memory(self, agent: str) -> bool:
+        """Whether the persistent ``agent`` has memory in this run."""
+        definition = self.outline.agents.get(agent)
+        ref = agent_ref(definition) if definition is not None else None
+        return ref is not None and self.run.has_memory(ref)
 
     # ------------------------------------------------------------------ sessions
     def pending_for(self, token: str, ref: BindingRef) -> Pending | None:

@@ -11,6 +11,7 @@ from mcp_types import CallToolResult, ToolAnnotations
 
 from openprose.language import compile as compile_program
 from openprose.mcp_server.context import ServerContext
+from openprose.mcp_server.follow import Follower
 from openprose.mcp_server.outline import build
 from openprose.mcp_server.prompts import PromptError, program_text
 from openprose.mcp_server.refusal import Refusal, refuse_all
@@ -155,6 +156,9 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                                  if s.kind == "input" and s.binds == decl.name)
                 run.write_binding(BindingRef(decl.name), given[decl.name], "input",
                                   statement.source)
+        if mode == HOST and not any(s.kind == "call_program" for s in outline.statements.values()):
+            driven.follower = Follower.start(compiled.program, source, file, outline, given,
+                                             driven.has_memory)
         driven.render()
         ctx.registry.add(driven)
         extra = None
@@ -247,6 +251,9 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         driven.live()
         run = driven.run
         problems: list[Refusal] = []
+        if driven.follower is not None:
+            unfinished = await driven.follower.finish_refusal(status)
+            problems += [unfinished] if unfinished is not None else []
         if status == "completed":
             problems += [Refusal("a run completes only when no session is pending",
                                  f"the session for '{p.ref.name}' has not written its binding",
@@ -267,6 +274,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                          for f in run.frames() if f.status != "completed"]
         refuse_all(problems)
         abandon(driven)
+        if driven.follower is not None:
+            driven.follower.close()
         run.finish(status, error or None)
         driven.render()  # after finishing: state.md shows the run's final status
         ctx.registry.release(driven)

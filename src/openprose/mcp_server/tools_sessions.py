@@ -10,9 +10,12 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 
 from openprose.engine.briefs import Brief, ContextEntry
+from openprose.engine.journal import SessionSpec
 from openprose.language import nodes as n
 from openprose.mcp_server.briefing import EMBODIED_TOOLS, START, brief_reply
 from openprose.mcp_server.context import ServerContext
+from openprose.mcp_server.follow import same_text
+from openprose.mcp_server.guided import SessionItem
 from openprose.mcp_server.outline import SESSION_KINDS, Agent, Statement
 from openprose.mcp_server.refusal import Refusal, state_errors
 from openprose.mcp_server.results import (
@@ -28,6 +31,7 @@ from openprose.mcp_server.runs import (
     DrivenRun,
     KeptWrite,
     Pending,
+    agent_ref,
     digest,
     session_key,
 )
@@ -35,15 +39,8 @@ from openprose.mcp_server.tools_runs import binding_uri_name
 from openprose.state import AgentRef, BindingRef, SessionStart
 
 READ_LIMIT = 100_000
+PROMPT_SHOWN = 600  # characters of the program's prompt a refusal shows
 SESSION_BINDING_KINDS = frozenset({"let", "const", "output", "input"})
-
-
-def agent_ref(agent: Agent) -> AgentRef | None:
-    if agent.persist is None:
-        return None
-    if agent.persist in ("execution", "project", "user"):
-        return AgentRef(agent.name, agent.persist)
-    return AgentRef(agent.name, "custom", agent.persist)
 
 
 def session_node(statement: Statement) -> n.Session | None:
@@ -109,11 +106,11 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     registry = ctx.registry
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
-    async def spawn_session(vm_token: str, statement: str, prompt: str,
+    async def spawn_session(vm_token: str, statement: str, prompt: str = "",
                             execution_id: int | None = None, context: list[str] | None = None,
                             agent: str = "") -> Annotated[CallToolResult, SpawnResult]:
-        """Start a session or resume statement (prompt interpolated; context: binding names;
-        execution_id: its block frame). Returns a token for a subagent."""
+        """Start the session the program reached (execution_id: its block frame; prompt,
+        context: the program's, leave out). Returns a token for a subagent."""
         driven = registry.host_run(vm_token)
         driven.live()
         st = driven.statement(statement)
@@ -126,49 +123,15 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                           f"statement {st.id} runs " + (f"agent '{st.agent}'" if st.agent
                                                         else "no agent") + f", not '{agent}'",
                           st)
-        if not prompt.strip():
-            raise Refusal("a session has a prompt", "the prompt is empty", st)
-        refs = []
-        for name in dict.fromkeys(context or ()):
-            found = driven.resolve(name, eid)
-            if found is None:
-                where = f"frame {eid}" if eid else "the top level"
-                raise Refusal("context names resolve in the scope chain of the session's frame",
-                              f"'{name}' is not a binding visible from {where} (loop "
-                              "variables and literals go into the prompt)", st)
-            refs.append(BindingRef(name, found.execution_id))
-        definition = driven.outline.agents.get(st.agent) if st.agent else None
-        memory = agent_ref(definition) if definition is not None else None
-        if st.kind == "resume":
-            with state_errors("spawn_session", st):
-                has_memory = memory is not None and driven.run.has_memory(memory)
-            if not has_memory:
-                raise Refusal("resume: continues an agent that has memory",
-                              f"agent '{st.agent}' has no memory yet; its first session is "
-                              f"'session: {st.agent}'", st)
-        if st.binds is not None:
-            ref = BindingRef(st.binds, eid)
-            kind = st.binding_kind if st.binding_kind in SESSION_BINDING_KINDS else "let"
-        else:
-            ref = BindingRef(driven.run.next_anonymous(), eid)
-            kind = "anonymous"
-        sequence = driven.sequence[(st.id, eid or 0)] + 1
-        key = session_key(st.id, eid, sequence)
-        input_hash = digest("\n".join([prompt, *(context or ())]))[:16]
-        start = SessionStart(key, input_hash, ref, kind, st.source, tuple(refs), memory,
-                             {"line": st.line, "statement": st.id,
-                              "binding": [ref.name, ref.execution_id]})
-        with state_errors("spawn_session", st):
-            granted = driven.run.start_sessions([start])[0]
-        if isinstance(granted, Exception):
-            raise Refusal("a session is granted exactly its binding", str(granted), st)
-        driven.sequence[(st.id, eid or 0)] = sequence
-        driven.pending[key] = Pending(st, ref, key, input_hash, granted.token,
-                                      session_brief(driven, st, ref.name, prompt, refs,
-                                                    definition, memory))
-        result = SpawnResult(session_token=granted.token, binding=ref.name,
-                             execution_id=ref.execution_id, agent=st.agent or None, start=START)
-        return reply(result, grant_text(result), exclude_none=True)
+        followed = None
+        if driven.follower is not None:
+            followed = await driven.follower.session_for(st, eid)
+        try:
+            return _grant(driven, st, eid, prompt, context, followed)
+        except Exception:
+            if followed is not None and driven.follower is not None:
+                driven.follower.release(followed[0].token)  # refused: it is next again
+            raise
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def get_brief(token: str) -> Annotated[CallToolResult, BriefResult]:
@@ -281,6 +244,79 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                              f"Bytes: {result.bytes}")
 
 
+def _program_session(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
+                     context: list[str] | None, followed: tuple[SessionItem, SessionSpec] | None
+                     ) -> tuple[str, list[str]]:
+    """The session's prompt and context names: the program's when the server follows it (a
+    given prompt or context must agree), else the host's."""
+    if followed is None:
+        if not prompt.strip():
+            raise Refusal("a session has a prompt", "the prompt is empty", st)
+        return prompt, list(context or ())
+    item, spec = followed
+    program = item.request.prompt
+    if prompt.strip() and not same_text(prompt, program):
+        shown = program if len(program) <= PROMPT_SHOWN else program[:PROMPT_SHOWN] + "…"
+        raise Refusal("a session's prompt is the program's (leave prompt out: the server "
+                      "computes it)", f"the prompt differs from the program's, which is: "
+                      f"{shown!r}", st)
+    names = [name for name, _ in spec.context if driven.resolve(name, eid) is not None]
+    extra = [name for name in context or () if name not in names]
+    if extra:
+        raise Refusal("a session's context is the program's (leave context out: the server "
+                      "computes it)", f"{', '.join(extra)} not in the program's context ("
+                      + (", ".join(names) or "none") + ")", st)
+    return program, list(dict.fromkeys(names))
+
+
+def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
+           context: list[str] | None, followed: tuple[SessionItem, SessionSpec] | None
+           ) -> CallToolResult:
+    prompt, context = _program_session(driven, st, eid, prompt, context, followed)
+    refs = []
+    for name in dict.fromkeys(context or ()):
+        found = driven.resolve(name, eid)
+        if found is None:
+            where = f"frame {eid}" if eid else "the top level"
+            raise Refusal("context names resolve in the scope chain of the session's frame",
+                          f"'{name}' is not a binding visible from {where} (loop "
+                          "variables and literals go into the prompt)", st)
+        refs.append(BindingRef(name, found.execution_id))
+    definition = driven.outline.agents.get(st.agent) if st.agent else None
+    memory = agent_ref(definition) if definition is not None else None
+    if st.kind == "resume":
+        with state_errors("spawn_session", st):
+            has_memory = memory is not None and driven.run.has_memory(memory)
+        if not has_memory:
+            raise Refusal("resume: continues an agent that has memory",
+                          f"agent '{st.agent}' has no memory yet; its first session is "
+                          f"'session: {st.agent}'", st)
+    if st.binds is not None:
+        ref = BindingRef(st.binds, eid)
+        kind = st.binding_kind if st.binding_kind in SESSION_BINDING_KINDS else "let"
+    else:
+        ref = BindingRef(driven.run.next_anonymous(), eid)
+        kind = "anonymous"
+    sequence = driven.sequence[(st.id, eid or 0)] + 1
+    key = session_key(st.id, eid, sequence)
+    input_hash = digest("\n".join([prompt, *(context or ())]))[:16]
+    start = SessionStart(key, input_hash, ref, kind, st.source, tuple(refs), memory,
+                         {"line": st.line, "statement": st.id,
+                          "binding": [ref.name, ref.execution_id]})
+    with state_errors("spawn_session", st):
+        granted = driven.run.start_sessions([start])[0]
+    if isinstance(granted, Exception):
+        raise Refusal("a session is granted exactly its binding", str(granted), st)
+    driven.sequence[(st.id, eid or 0)] = sequence
+    driven.pending[key] = Pending(st, ref, key, input_hash, granted.token,
+                                  session_brief(driven, st, ref.name, prompt, refs,
+                                                definition, memory),
+                                  followed[0].token if followed else None)
+    result = SpawnResult(session_token=granted.token, binding=ref.name,
+                         execution_id=ref.execution_id, agent=st.agent or None, start=START)
+    return reply(result, grant_text(result), exclude_none=True)
+
+
 async def _session_write(ctx: ServerContext, token: str, name: str, value: str, copy_of: str,
                          execution_id: int | None, summary: str) -> CallToolResult:
     registry = ctx.registry
@@ -310,6 +346,8 @@ async def _session_write(ctx: ServerContext, token: str, name: str, value: str, 
                          driven.run.binding_location(ref), execution_id=ref.execution_id,
                          bytes=len(value.encode()), summary=summary or None)
     driven.written[digest(token)] = KeptWrite(digest(value), result)
+    if pending.follows is not None and driven.follower is not None:
+        await driven.follower.written(pending.follows, value, summary)
     hooks = ctx.modes.get(driven.mode)
     if hooks is not None:
         await hooks.session_written(ctx, driven, pending, binding)
@@ -397,6 +435,8 @@ async def _vm_write(ctx: ServerContext, token: str, name: str, value: str, copy_
         value = found.value
     with state_errors("write_binding", statement):
         driven.run.write_binding(ref, value, kind, statement.source)
+    if statement.kind == "input" and driven.follower is not None:
+        await driven.follower.input_written(name, value)
     result = WriteResult(binding=name, location=driven.run.binding_location(ref),
                          execution_id=eid, bytes=len(value.encode()), summary=summary or None)
     await ctx.changed(driven.id, [binding_uri_name(ref)])

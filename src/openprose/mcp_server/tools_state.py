@@ -61,6 +61,9 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 driven.fail_session(pending, note or "failed")
             driven.set_status(st, status, record)
             driven.render()
+        for pending in failing:  # the program's retry and catch decide what comes next
+            if pending.follows is not None and driven.follower is not None:
+                await driven.follower.failed(pending.follows, note or "failed")
         await ctx.changed(driven.id)
         result = StateResult(statement=st.id, status=status, line=st.line, execution_id=eid)
         return reply(result, f"state: {st.id} (line {st.line}) {status}"
@@ -107,10 +110,15 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 raise Refusal("args_from names bindings visible from the parent frame",
                               f"no binding '{source}' for parameter '{param}'", call)
             given[param] = found.value
+        followed = None
+        if driven.follower is not None:
+            followed = await driven.follower.frame_for(block, given, parent, call)
         source = call.source if call is not None else f"do {block}"
         with state_errors("push_frame", call):
             frame = driven.run.push_frame(block, {k: v[:ARG_PREVIEW] for k, v in given.items()},
                                           parent, definition.max_depth)
+            if followed is not None:
+                followed.host = frame.execution_id
             for param in definition.params:
                 driven.run.write_binding(BindingRef(param, frame.execution_id), given[param],
                                          "param", source)
@@ -141,6 +149,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             raise Refusal("a frame pops when its sessions have written their bindings",
                           f"the session for '{waiting[0].ref.name}' in frame {execution_id} is "
                           "pending", waiting[0].statement)
+        if driven.follower is not None:
+            await driven.follower.pop_allowed(execution_id)
         max_depth = driven.outline.blocks[frame.block].max_depth \
             if frame.block in driven.outline.blocks else frame.depth
         with state_errors("pop_frame"):
@@ -175,7 +185,11 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         if not reason.strip():
             raise Refusal("a verdict carries its reason", "the reason is empty", st)
         key = verdict_key(st.id, eid, iteration)
-        recorded = driven.run.verdict(key)
+        asked = None
+        if driven.follower is not None:
+            asked = await driven.follower.judgment_for(st, eid, iteration,
+                                                       driven.run.verdict(key) is not None)
+        recorded = driven.run.verdict(key) if asked is None else None
         if recorded is not None and recorded.value != value:
             raise Refusal("a recorded verdict stands (a resume shows it instead of asking "
                           "again)", f"iteration {iteration} was judged {recorded.value!r}: "
@@ -183,6 +197,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         if recorded is None:
             with state_errors("record_verdict", st):
                 driven.run.record_verdict(key, digest(st.source)[:16], value, reason)
+            if asked is not None and driven.follower is not None:
+                await driven.follower.judged(asked, value, reason)
             await ctx.changed(driven.id)
         shown = recorded if recorded is not None else None
         result = VerdictResult(statement=st.id, execution_id=eid, iteration=iteration,

@@ -1,0 +1,458 @@
+"""The server follows an embodied run beside its host: the engine's interpreter, run as a
+checker that the host's calls step forward.
+
+The interpreter runs against an in-memory journal with the guided mode's
+:class:`~openprose.mcp_server.guided.HostProvider`, so every session and judgment it reaches
+parks there until the host's call answers it. The parked calls are the program's position:
+``spawn_session`` is granted only for a parked session (with the prompt and context the
+interpreter computed), ``record_verdict`` only for a parked judgment, ``push_frame`` only
+for a block call the interpreter entered; the host's ``write_binding`` and failures resume
+the interpreter, which then parks at what comes next. A call for anything else is refused
+with what the program expects instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from openprose.engine import EngineError, Interpreter, Options, ProgramError, Usage
+from openprose.engine.journal import Recorded, SessionSpec
+from openprose.engine.values import Value, to_text
+from openprose.language import nodes as n
+from openprose.mcp_server.guided import HostProvider, ItemRefused, JudgmentItem, SessionItem
+from openprose.mcp_server.outline import Outline, Statement
+from openprose.mcp_server.refusal import Refusal
+
+#: Event-loop turns without progress after which the interpreter is taken to wait on the host
+#: (every step between two of its waits is in memory: a few turns for task hand-overs).
+QUIET_TURNS = 20
+#: A parallel fan-out's window: every iteration parks at once, as the host may start them.
+FAN_OUT = 1 << 20
+RULE = "a statement starts when the program reaches it (the server follows the program)"
+_FRAME = re.compile(r"^(.*>[^.\[|>?]+)")
+
+
+def statement_of(key: str) -> str:
+    """The outline id of an interpreter step key: block call sites, iterations and judgment
+    rounds removed (``3[1]>review.0`` -> ``review.0``)."""
+    body = key.rsplit(">", 1)[-1]
+    out, depth = [], 0
+    for char in body:
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif depth == 0:
+            out.append(char)
+    return "".join(out).split("?")[0]
+
+
+def round_of(key: str) -> int:
+    return int(key.rsplit("?", 1)[1]) if "?" in key else 0
+
+
+def same_text(a: str, b: str) -> bool:
+    """Prompts compared as a model would write them again: whitespace runs are one space."""
+    return " ".join(a.split()) == " ".join(b.split())
+
+
+@dataclass
+class Call:
+    """A block call the interpreter entered, waiting for (or matched to) the host's frame."""
+
+    key: str
+    block: str
+    args: dict[str, str]
+    parent: int | None  # the interpreter's execution id of the caller's frame
+    own: int  # the interpreter's execution id
+    host: int | None = None  # the host's execution id, once it pushed the frame
+    popped: bool = False  # the interpreter left the call
+    closed: bool = False  # the host popped its frame
+
+
+class _IO:
+    """A parked session's IO: the host's subagent reads and writes through its own token."""
+
+    def __init__(self, spec: SessionSpec) -> None:
+        self.spec = spec
+
+    def read_context(self, name: str) -> str:
+        item = next((i for i in self.spec.items if i.name == name), None)
+        return item.text if item is not None else ""
+
+    def write_output(self, text: str) -> None:
+        return None
+
+    def output_location(self) -> str:
+        return self.spec.binding or "(anonymous)"
+
+    def read_memory(self) -> str | None:
+        return None
+
+    def write_memory(self, text: str) -> None:
+        return None
+
+
+class _Opened:
+    def __init__(self, spec: SessionSpec) -> None:
+        self.io = _IO(spec)
+
+    def binding_location(self, name: str, execution_id: int | None) -> str:
+        return name
+
+    def finish(self, output: str | None, usage: Usage) -> str:
+        return output or ""
+
+    async def finish_batched(self, output: str | None, usage: Usage) -> str:
+        return output or ""
+
+    def abort(self, error: str) -> None:
+        return None
+
+
+class _Journal:
+    """What the interpreter records, kept in memory: the host's calls write the run."""
+
+    writes_wait = False
+
+    def __init__(self, follower: Follower, has_memory: Callable[[str], bool]) -> None:
+        self.follower = follower
+        self.memory = has_memory
+        self.specs: dict[str, SessionSpec] = {}
+        self.verdicts: dict[str, bool | str] = {}
+
+    def session_result(self, key: str) -> Recorded | None:
+        return None
+
+    def open_session(self, spec: SessionSpec) -> _Opened:
+        self.specs[spec.key] = spec
+        self.follower.moved()
+        return _Opened(spec)
+
+    async def open_session_batched(self, spec: SessionSpec) -> _Opened:
+        return self.open_session(spec)
+
+    def verdict(self, key: str) -> Recorded | None:
+        return None
+
+    def decision(self, key: str, branches: int) -> None:
+        return None
+
+    def record_decision(self, key: str, decision: Any) -> None:
+        return None
+
+    def record_verdict(self, key: str, input_hash: str, value: bool | str, reason: str,
+                       source: str, line: int) -> None:
+        self.verdicts[key] = value
+
+    def bind(self, name: str, value: Value, kind: str, execution_id: int | None,
+             source: str) -> None:
+        self.follower.moved()
+
+    def reuse(self, name: str, value: Value, kind: str, execution_id: int | None,
+              source: str) -> None:
+        return None
+
+    def location(self, name: str, execution_id: int | None) -> str:
+        return name
+
+    def has_memory(self, agent: str, persist: str) -> bool:
+        return self.memory(agent)
+
+    def push_frame(self, block: str, args: dict[str, Value], parent: int | None,
+                   max_depth: int, key: str) -> int:
+        return self.follower.entered(block, args, parent, key)
+
+    def pop_frame(self, execution_id: int) -> None:
+        self.follower.calls[execution_id].popped = True
+        self.follower.moved()
+
+    def note(self, key: str, status: str, source: str, line: int) -> None:
+        return None
+
+    def child(self, handle: str, program_text: str) -> _Journal:
+        raise EngineError("an embodied run does not call imported programs")
+
+    def record_imports(self, imports: dict[str, Any]) -> None:
+        return None
+
+    def finish(self, status: str, error: str | None) -> None:
+        return None
+
+
+async def _no_sleep(seconds: float) -> None:
+    return None
+
+
+@dataclass
+class Follower:
+    """One embodied run's program, followed step by step."""
+
+    outline: Outline
+    provider: HostProvider = field(default_factory=HostProvider)
+    calls: dict[int, Call] = field(default_factory=dict)  # by the interpreter's execution id
+    asked: dict[str, asyncio.Future[str]] = field(default_factory=dict)  # inputs it waits for
+    claimed: set[str] = field(default_factory=set)  # item tokens a host session answers
+    done: list[str] = field(default_factory=list)  # keys of the sessions finished
+    progress: int = 0
+    outcome: str | None = None  # completed | failed (the program's own ending)
+    error: str | None = None
+    task: asyncio.Task[None] | None = None
+    journal: _Journal | None = None
+
+    @classmethod
+    def start(cls, program: n.Program, source: str, file: str, outline: Outline,
+              inputs: dict[str, str], has_memory: Callable[[str], bool]) -> Follower:
+        follower = cls(outline)
+        follower.journal = _Journal(follower, has_memory)
+        options = Options(max_concurrency=FAN_OUT, sleep=_no_sleep, ask=follower.ask,
+                          listener=follower.observe)
+        interpreter = Interpreter(program, source, follower.journal, follower.provider,
+                                  file=file, inputs=dict(inputs), options=options)
+        follower.task = asyncio.create_task(follower.drive(interpreter),
+                                            name=f"follow {file}")
+        return follower
+
+    # ------------------------------------------------------------------ the interpreter
+    async def drive(self, interpreter: Interpreter) -> None:
+        try:
+            await interpreter.run()
+            self.outcome = "completed"
+        except ProgramError as err:
+            self.outcome, self.error = "failed", err.message
+        except EngineError as err:
+            self.outcome, self.error = "failed", str(err)
+        finally:
+            self.provider.close("the program has ended")
+            self.moved()
+
+    def observe(self, event: Any) -> None:
+        self.progress += 1
+        self.provider.observe(event)
+
+    def moved(self) -> None:
+        self.progress += 1
+
+    def ask(self, name: str, prompt: str) -> asyncio.Future[str]:
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.asked[name] = future
+        self.moved()
+        return future
+
+    def entered(self, block: str, args: dict[str, Value], parent: int | None, key: str) -> int:
+        own = len(self.calls) + 1
+        self.calls[own] = Call(key, block, {k: to_text(v) for k, v in args.items()}, parent, own)
+        self.moved()
+        return own
+
+    async def quiet(self) -> None:
+        """Let the interpreter run until it waits on the host (or has ended)."""
+        stable = 0
+        while stable < QUIET_TURNS and self.task is not None and not self.task.done():
+            before = self.progress
+            await asyncio.sleep(0)
+            stable = stable + 1 if self.progress == before else 0
+
+    def close(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    # ------------------------------------------------------------------ frames
+    def own_eid(self, host: int | None) -> int | None:
+        if host is None:
+            return None
+        return next((c.own for c in self.calls.values() if c.host == host), -1)
+
+    def host_eid(self, own: int | None) -> int | None:
+        return self.calls[own].host if own is not None and own in self.calls else None
+
+    def _frame_of(self, key: str) -> int | None:
+        match = _FRAME.match(key)
+        if match is None:
+            return None
+        return next((c.own for c in self.calls.values() if c.key == match.group(1)), -1)
+
+    # ------------------------------------------------------------------ what comes next
+    def sessions(self) -> list[SessionItem]:
+        return [i for i in self.provider.pending.values()
+                if isinstance(i, SessionItem) and not i.future.done()]
+
+    def judgments(self) -> list[JudgmentItem]:
+        return [i for i in self.provider.pending.values()
+                if isinstance(i, JudgmentItem) and not i.future.done()]
+
+    def expected(self) -> str:
+        """What the program expects next, in the words of the tools."""
+        parts = []
+        for call in self.calls.values():
+            if call.host is None:
+                parent = self.host_eid(call.parent)
+                parts.append(f"push_frame {call.block}(" + ", ".join(
+                    f"{k}={v[:40]!r}" for k, v in call.args.items()) + ")"
+                    + (f" from frame {parent}" if parent else ""))
+        for item in self.sessions():
+            if item.token in self.claimed:
+                continue
+            spec = self.journal.specs.get(item.key) if self.journal else None
+            host = self.host_eid(spec.execution_id) if spec else None
+            parts.append(f"spawn_session {statement_of(item.key)}"
+                         + (f" in frame {host}" if host else ""))
+        for judgment in self.judgments():
+            host = self.host_eid(self._frame_of(judgment.key))
+            parts.append(f"record_verdict {statement_of(judgment.key)} iteration "
+                         f"{round_of(judgment.key)}" + (f" in frame {host}" if host else ""))
+        for name, future in self.asked.items():
+            if not future.done():
+                parts.append(f"write_binding of input '{name}'")
+        claimed = [i for i in self.sessions() if i.token in self.claimed]
+        if claimed:
+            parts.append("write_binding by the pending session(s) of " + ", ".join(
+                statement_of(i.key) for i in claimed))
+        if self.outcome == "completed":
+            parts.append("complete_run (the program has finished)")
+        elif self.outcome == "failed":
+            parts.append(f"complete_run with status 'failed' (the program failed: "
+                         f"{self.error})")
+        for call in self.calls.values():
+            if call.popped and call.host is not None and not call.closed:
+                parts.append(f"pop_frame {call.host}")
+        return "; ".join(parts) or "nothing yet (a pending session has not finished)"
+
+    def refuse(self, statement: Statement, detail: str) -> Refusal:
+        why = self._why(statement)
+        return Refusal(RULE, f"{detail}{why}; next: {self.expected()}", statement)
+
+    def _why(self, statement: Statement) -> str:
+        """The verdicts recorded for the constructs around ``statement``, and whether it
+        has run already: why it is not next."""
+        notes = []
+        if any(statement_of(key) == statement.id for key in self.done):
+            notes.append(f"statement {statement.id} has already run here")
+        parent = statement.parent
+        while parent is not None:
+            owner = self.outline.statements.get(parent)
+            if owner is None:
+                break
+            for key, value in (self.journal.verdicts.items() if self.journal else ()):
+                judged = statement_of(key)
+                if judged == owner.id or judged.startswith(owner.id + ".if"):
+                    notes.append(f"the verdict recorded for {judged} (iteration "
+                                 f"{round_of(key)}) is {value!r}")
+            parent = owner.parent
+        return ("; " + "; ".join(notes[-3:])) if notes else ""
+
+    # ------------------------------------------------------------------ host calls
+    async def session_for(self, statement: Statement, host_eid: int | None
+                          ) -> tuple[SessionItem, SessionSpec]:
+        """The parked session ``statement`` starts in frame ``host_eid``, claimed."""
+        await self.quiet()
+        own = self.own_eid(host_eid)
+        where = f" in frame {host_eid}" if host_eid else ""
+        for item in self.sessions():
+            spec = self.journal.specs[item.key] if self.journal else None
+            if spec is None or statement_of(item.key) != statement.id \
+                    or spec.execution_id != own:
+                continue
+            if item.token in self.claimed:
+                continue
+            self.claimed.add(item.token)
+            return item, spec
+        if any(statement_of(i.key) == statement.id and i.token in self.claimed
+               for i in self.sessions()):
+            raise self.refuse(statement, f"statement {statement.id}{where} has started "
+                              "already (its session is pending; a statement does not start "
+                              "twice)")
+        raise self.refuse(statement, f"statement {statement.id}{where} is not next")
+
+    def release(self, token: str) -> None:
+        """A claimed session whose grant was refused after all: it is next again."""
+        self.claimed.discard(token)
+
+    async def written(self, token: str, value: str, summary: str) -> None:
+        item = self.provider.pending.get(token)
+        key = item.key if item is not None else None
+        with contextlib.suppress(ItemRefused):  # its branch was cancelled (a join settled)
+            await self.provider.complete_session(token, value, summary)
+        if key is not None:
+            self.done.append(key)
+        self.claimed.discard(token)
+        await self.quiet()
+
+    async def failed(self, token: str, error: str) -> None:
+        with contextlib.suppress(ItemRefused):  # its branch was cancelled (a join settled)
+            await self.provider.fail_session(token, error)
+        self.claimed.discard(token)
+        await self.quiet()
+
+    async def judgment_for(self, statement: Statement, host_eid: int | None, iteration: int,
+                           recorded: bool) -> JudgmentItem | None:
+        """The parked judgment a verdict answers; None for a resend of one recorded."""
+        await self.quiet()
+        own = self.own_eid(host_eid)
+        for item in self.judgments():
+            if statement_of(item.key) == statement.id and round_of(item.key) == iteration \
+                    and self._frame_of(item.key) == own:
+                return item
+        if recorded:
+            return None
+        raise self.refuse(statement, f"no verdict for statement {statement.id} iteration "
+                          f"{iteration}" + (f" in frame {host_eid}" if host_eid else "")
+                          + " is wanted now")
+
+    async def judged(self, item: JudgmentItem, value: bool | str, reason: str) -> None:
+        try:
+            await self.provider.submit_verdict(item.token, value, reason)
+        except ItemRefused as err:
+            raise Refusal("a verdict answers the judgment the program asks", str(err)) \
+                from None
+        await self.quiet()
+
+    async def frame_for(self, block: str, args: dict[str, str], host_parent: int | None,
+                        statement: Statement | None) -> Call:
+        """The block call the host's ``push_frame`` enters: one the interpreter entered
+        and nobody pushed yet, with the same block, caller and arguments."""
+        await self.quiet()
+        parent = self.own_eid(host_parent)
+        waiting = [c for c in self.calls.values()  # a call may have ended with no session
+                   if c.host is None and c.block == block and c.parent == parent]
+        for call in waiting:
+            if all(same_text(args.get(k, ""), v) for k, v in call.args.items()):
+                return call
+        detail = (f"the call of block '{block}' expects arguments " + ", ".join(
+            f"{k}={v[:60]!r}" for k, v in waiting[0].args.items())) if waiting else \
+            f"no call of block '{block}'" + (f" from frame {host_parent}" if host_parent
+                                              else "") + " is next"
+        raise Refusal(RULE, f"{detail}; next: {self.expected()}", statement)
+
+    async def pop_allowed(self, host_eid: int) -> None:
+        await self.quiet()
+        call = next((c for c in self.calls.values() if c.host == host_eid), None)
+        if call is not None and not call.popped:
+            raise Refusal(RULE, f"frame {host_eid} (block '{call.block}') has statements "
+                          f"still to run; next: {self.expected()}")
+        if call is not None:
+            call.closed = True
+
+    async def input_written(self, name: str, value: str) -> None:
+        future = self.asked.get(name)
+        if future is not None and not future.done():
+            future.set_result(value)
+            await self.quiet()
+
+    async def finish_refusal(self, status: str) -> Refusal | None:
+        """Why ``complete_run`` may not complete the run yet (None: it may): 'completed'
+        once the program has finished."""
+        await self.quiet()
+        if status != "completed" or self.outcome == "completed":
+            return None
+        detail = "the program has not finished" if self.outcome is None else \
+            f"the program failed: {self.error}"
+        return Refusal("a run completes when its program has finished",
+                       f"{detail}; next: {self.expected()}")
+
+__all__ = ["Call", "Follower", "round_of", "same_text", "statement_of"]
