@@ -3,10 +3,13 @@ what the program allows. Each test is an attempt that once succeeded."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from tests.mcp_server.host import ERAS, Host, Refused, host
 
 from openprose.mcp_server.server import create_server
@@ -97,3 +100,194 @@ async def test_a_spent_session_token_repeats_only_its_own_write(root, era):
             await h.call("write_binding", token=token, value="other notes")
         status = await h.call("run_status", vm_token=vm)
         assert {b["name"] for b in status["bindings"]} == {"topic", "notes"}
+
+
+# ------------------------------------------------------------------ paths derived from data
+
+KEEPER = """\
+agent keeper:
+  persist: true
+  prompt: "You remember."
+let kept = session: keeper
+  prompt: "Remember the tides"
+"""
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_memory_file_is_no_script_and_a_call_log_stays_in_the_project(
+        root, tmp_path, era):
+    """The issue's attack: write_memory puts `call_log: /elsewhere` into a memory file, then
+    run_program runs it as a script, appending the prompt to any file."""
+    target = tmp_path / "outside" / "appended.jsonl"
+    target.parent.mkdir()
+    (root / "keep.prose").write_text(KEEPER)
+    async with host(root, era, watch=False) as h:
+        started = await h.call("start_run", program="keep.prose")
+        kept = next(item["id"] for item in started["outline"] if item.get("binds") == "kept")
+        session = await h.call("spawn_session", vm_token=started["vm_token"], statement=kept,
+                               prompt="Remember the tides")
+        written = await h.call("write_memory", token=session["session_token"],
+                               memory=f"call_log: {target}\ndefault_output: ok\n")
+        memory = written["location"]
+        assert memory.startswith(".prose/")
+        text = await h.refused("run_program", program=PROGRAM, inputs={"topic": "t"},
+                               provider="scripted", script=memory)
+        assert "script" in text and ".prose" in text
+        # a script the user placed in the project names where its log goes: inside it,
+        # outside .prose/, nowhere else
+        for log in (str(target), "../outside/appended.jsonl", ".prose/calls.jsonl",
+                    "nul\x00byte"):
+            (root / "s.json").write_text(json.dumps({"default_output": "ok",
+                                                     "call_log": log}))
+            text = await h.refused("run_program", program=PROGRAM, inputs={"topic": "t"},
+                                   provider="scripted", script="s.json")
+            assert "call_log" in text and "Error executing tool run_program:" in text
+        for script in ("../outside/s.yaml", str(tmp_path / "s.yaml"), ".prose/s.yaml"):
+            text = await h.refused("run_program", program=PROGRAM, inputs={"topic": "t"},
+                                   provider="scripted", script=script)
+            assert "script" in text
+        (root / "s.json").write_text(json.dumps({"default_output": "ok",
+                                                 "call_log": "logs/../calls.jsonl"}))
+        done = await h.call("run_program", program=PROGRAM, inputs={"topic": "t"},
+                            provider="scripted", script="s.json")
+        assert done["status"] == "completed"
+    assert not target.exists()
+    assert (root / "calls.jsonl").read_text().count("\n") >= 2
+
+
+def test_the_command_lines_script_keeps_its_call_log_in_the_project(root, tmp_path):
+    from click.testing import CliRunner
+
+    from openprose.cli import cli
+
+    target = tmp_path / "appended.jsonl"
+    (root / "s.yaml").write_text(f"default_output: ok\ncall_log: {target}\n")
+    result = CliRunner().invoke(cli, ["run", str(root / "p.prose"), "--provider", "scripted",
+                                      "--script", str(root / "s.yaml"), "--input", "topic=t",
+                                      "--project", str(root)])
+    assert result.exit_code == 2 and "call_log" in result.output
+    assert not target.exists()
+
+
+# ------------------------------------------------------------------ use imports
+
+CHILD = 'input topic: "t"\noutput findings = session "Find {topic}"\n'
+USES = 'use "{target}" as c\noutput x = c(topic: "a").findings\n'
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The server's working directory, outside the project, holding programs of its own."""
+    place = tmp_path / "elsewhere"
+    place.mkdir()
+    (place / "lib.prose").write_text('input other: "o"\noutput y = session "Other"\n')
+    (tmp_path / "outside.prose").write_text(CHILD)
+    monkeypatch.chdir(place)
+    return place
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_use_reaches_no_prose_file_outside_the_project(root, elsewhere, tmp_path, era):
+    (root / "sub").mkdir()
+    absolute = str(tmp_path / "outside.prose")
+    (root / "sub" / "up.prose").write_text(USES.format(target="../../outside.prose"))
+    (root / "sub" / "abs.prose").write_text(USES.format(target=absolute))
+    programs = ["sub/up.prose", "sub/abs.prose", USES.format(target=absolute),
+                USES.format(target="../outside.prose")]  # inline: at the project's top
+    (root / "s.yaml").write_text("default_output: ok\n")
+    async with host(root, era, watch=False) as h:
+        for program in programs:
+            report = await h.call("compile_program", program=program)
+            assert not report["ok"] and "E034" in report["_text"], program
+            for tool, extra in (("start_run", {}),
+                                ("run_program", {"provider": "scripted", "script": "s.yaml"})):
+                text = await h.refused(tool, program=program, **extra)
+                assert "E034" in text and "findings" not in text
+        with pytest.raises(MCPError, match="E034"):
+            await h.client.get_prompt("prose-run", {"program": "sub/up.prose"})
+        got = await h.client.get_prompt("prose-compile", {"program": "sub/abs.prose"})
+        assert "E034" in got.messages[0].content.text and "1 error" in \
+            got.messages[0].content.text
+    assert not (root / ".prose" / "runs").exists() or not any((root / ".prose" / "runs")
+                                                              .iterdir())
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_imports_resolve_from_the_program_in_the_project_not_the_servers_cwd(
+        root, elsewhere, era):
+    (root / "lib.prose").write_text(CHILD)
+    (root / "s.yaml").write_text("default_output: found\n")
+    source = USES.format(target="./lib.prose")
+    (root / "main.prose").write_text(source)
+    async with host(root, era, watch=False) as h:
+        for program in ("main.prose", source):
+            report = await h.call("compile_program", program=program)
+            assert report["ok"], report["_text"]
+            done = await h.call("run_program", program=program, provider="scripted",
+                                script="s.yaml")
+            assert done["status"] == "completed", done["_text"]
+            started = await h.call("start_run", program=program)
+            assert started["run_id"]
+        prompt = await h.client.get_prompt("prose-run", {"program": "main.prose"})
+        assert "lib.prose" in prompt.messages[0].content.text
+
+
+# ------------------------------------------------------------------ size and kind of files
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_programs_are_capped_at_the_import_limit(root, era):
+    from openprose.language.files import MAX_PROGRAM_BYTES
+
+    big = "# " + "x" * MAX_PROGRAM_BYTES + "\noutput x = \"y\"\n"
+    (root / "big.prose").write_text(big)
+    async with host(root, era, watch=False) as h:
+        for program in (big, "big.prose"):
+            for tool in ("compile_program", "start_run", "run_program"):
+                text = await h.refused(tool, program=program)
+                assert "larger than 1 MiB" in text, (tool, text[:200])
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_fifo_as_program_or_script_is_refused_unread(root, era):
+    os.mkfifo(root / "pipe.prose")
+    os.mkfifo(root / "pipe.yaml")
+    # The test holds both ends of each FIFO, so an open would not block, and puts a marker in
+    # it: a server that reads the FIFO takes the marker out.
+    held = [os.open(root / name, os.O_RDWR | os.O_NONBLOCK) for name in ("pipe.prose",
+                                                                           "pipe.yaml")]
+    try:
+        for fd in held:
+            os.write(fd, b"marker")
+        async with host(root, era, watch=False) as h:
+            for tool in ("compile_program", "start_run", "run_program"):
+                text = await h.refused(tool, program="pipe.prose")
+                assert "FIFO" in text
+            text = await h.refused("run_program", program=PROGRAM, inputs={"topic": "t"},
+                                   provider="scripted", script="pipe.yaml")
+            assert "FIFO" in text
+        assert [os.read(fd, 100) for fd in held] == [b"marker", b"marker"]
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+async def test_compiling_runs_off_the_event_loop(root, monkeypatch):
+    """A large program's compile holds up no other client: it runs on a worker thread."""
+    import threading
+
+    from openprose.mcp_server import prompts
+
+    threads: list[threading.Thread] = []
+    real = prompts.compile_program
+
+    def compile_program(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prompts, "compile_program", compile_program)
+    async with host(root, {}, watch=False) as h:
+        await h.call("compile_program", program="p.prose")
+        await h.call("start_run", program="p.prose")
+        await h.client.get_prompt("prose-compile", {"program": "p.prose"})
+    assert len(threads) == 3
+    assert threading.main_thread() not in threads

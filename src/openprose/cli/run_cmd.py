@@ -194,7 +194,9 @@ def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str 
     from openprose.engine.inputs import undeclared
 
     try:
-        imports = runner.load_imports(result.program, file, root)
+        imports = runner.load_imports(
+            result.program, file if file == "<stdin>" or "://" in file
+            else str(Path(file).absolute()), root)
     except ImportFailed as err:
         _refuse("run", str(err))
     if dry_run:

@@ -8,7 +8,8 @@ shorthand at another registry (a mirror, or a local server in tests). Fetched pr
 when the network cannot; imported programs' own ``use`` statements resolve the same way.
 
 A local import must be a regular ``.prose`` file (after following links) inside an allowed
-root — the project and the directory of the program being run — of at most
+root — the project and the directory of the program being run, checked by
+:func:`openprose.paths.contained` — of at most
 :data:`~openprose.language.files.MAX_PROGRAM_BYTES`; an error about a file that is not a program never shows its text.
 """
 
@@ -28,6 +29,7 @@ from openprose.engine.errors import ImportFailed
 from openprose.language import compile as compile_program
 from openprose.language import nodes as n
 from openprose.language.files import ProgramFileError, read_program_file
+from openprose.paths import PathRefused, contained
 
 REGISTRY = "https://p.prose.md"
 _SHORTHAND = re.compile(r"^@?([A-Za-z0-9_][A-Za-z0-9_.-]*)/([A-Za-z0-9_][A-Za-z0-9_.-]*)$")
@@ -42,8 +44,9 @@ class Location:
     state_name: str
 
 
-def resolve(spec: str, base: str | None) -> Location:
-    """Resolve a ``use`` path against the importing program's file or URL."""
+def resolve(spec: str, base: str | None, here: Path | None = None) -> Location:
+    """Resolve a ``use`` path against the importing program's file or URL (``here``, else
+    the working directory, for a program that is no file)."""
     if spec.startswith(("http://", "https://")):
         return Location(spec, True, _url_state_name(spec))
     shorthand = _SHORTHAND.match(spec)
@@ -54,7 +57,7 @@ def resolve(spec: str, base: str | None) -> Location:
     if base is not None and base.startswith(("http://", "https://")):
         url = urljoin(base, spec)
         return Location(url, True, _url_state_name(url))
-    root = Path(base).parent if base else Path.cwd()
+    root = Path(base).parent if base else (here or Path.cwd())
     path = (root / spec).resolve()
     return Location(str(path), False, f"local--{path.stem}")
 
@@ -80,23 +83,29 @@ class Imported:
 
 class ImportLoader:
     """Loads imported programs (recursively) with an on-disk cache for fetched ones. Local
-    imports are read only inside ``roots`` and the directory of the program being loaded."""
+    imports are read only inside ``roots`` and the directory of the program being loaded.
+    ``base``: what a relative program path is relative to, and where a program that is no
+    file sits (the project); None: the working directory."""
 
     def __init__(self, cache_dir: Path, client: httpx.Client | None = None,
-                 roots: list[Path] | None = None) -> None:
+                 roots: list[Path] | None = None, base: Path | None = None) -> None:
         self.cache_dir = cache_dir
         self.client = client
         self.roots = [Path(root).resolve() for root in roots or []]
+        self.base = base
         self._allowed = self.roots
 
     def load(self, program: n.Program, file: str | None, seen: tuple[str, ...] = ()
              ) -> dict[str, Imported]:
+        here = (self.base or Path.cwd()).resolve()
         if not seen:  # the program being run: its directory is an allowed root
-            top = Path(file).resolve().parent if file and "://" not in file else Path.cwd()
-            self._allowed = [*self.roots, top]
+            if file and "://" not in file:
+                file = str((here / file).resolve())
+            self._allowed = [*self.roots, Path(file).parent if file and "://" not in file
+                             else here]
         loaded: dict[str, Imported] = {}
         for use in program.uses:
-            location = resolve(use.path.text, file)
+            location = resolve(use.path.text, file, here)
             if location.where in seen:
                 raise ImportFailed(f"import cycle through {location.where}")
             source = self.fetch(location, use.path.text)
@@ -131,11 +140,12 @@ class ImportLoader:
         """A local program inside an allowed root (see :func:`read_program_file`)."""
         if path.suffix != ".prose":
             raise ImportFailed(f"use {spec!r}: a local import must be a .prose file")
-        if not any(path.is_relative_to(root) for root in self._allowed):
-            allowed = ", ".join(str(root) for root in self._allowed)
-            raise ImportFailed(f"use {spec!r}: {path} is outside the project ({allowed})")
         try:
-            return read_program_file(path)
+            return read_program_file(contained(path, self._allowed, base=path.parent,
+                                               what=f"use {spec!r}:",
+                                               within="the project"))
+        except PathRefused as err:
+            raise ImportFailed(f"use {spec!r}: {err}") from None
         except ProgramFileError as err:
             raise ImportFailed(f"use {spec!r}: {err}") from None
 

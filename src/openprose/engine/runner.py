@@ -112,9 +112,13 @@ SETTINGS_KEY = "run:settings"
 INPUTS_KEY = "run:inputs"
 
 
-def load_imports(program: n.Program, file: str, project_root: Path) -> dict[str, Imported]:
+def load_imports(program: n.Program, file: str | None, project_root: Path
+                 ) -> dict[str, Imported]:
+    """``program``'s imports; ``file`` (None: the program is no file) is where it is, a
+    relative path being the project's: imports resolve from there, never from the working
+    directory of whoever runs it (a server may be started anywhere)."""
     return ImportLoader(project_root / ".prose" / "cache" / "imports",
-                        roots=[project_root]).load(program, file)
+                        roots=[project_root], base=project_root).load(program, file)
 
 
 def fetch_program(spec: str, project_root: Path) -> tuple[str, str] | None:
@@ -146,12 +150,15 @@ def resume_job(run_id: str, project_root: Path, backend: str | None,
         run = store.open_run(run_id)
         if program_file is not None:
             source, file = read_source(Path(program_file)), program_file
+            where: str | None = str(Path(program_file).absolute())
         else:
             source, file = run.program_source, run.program_path or f"{run_id}/program.prose"
-        result = compile_program(source, file)
+            where = run.program_path
+        result = compile_program(source, file,
+                                 root=project_root if program_file is None else None)
         if not result.ok or result.program is None:
             raise ResumeMismatch(f"the program of run {run_id} no longer compiles")
-        imports = load_imports(result.program, file, project_root)
+        imports = load_imports(result.program, where, project_root)
         declared = {decl.name for decl in result.program.inputs}
         inputs = {name: value for name, value in given_inputs(run).items() if name in declared}
         inputs.update(recorded_inputs(run, result.program))
@@ -370,7 +377,8 @@ def _both(first: Listener, second: Listener | None) -> Listener:
 
 
 def make_provider(name: str, script: Path | None, project_root: Path) -> Provider:
-    """The provider a command line or a tool call names: ``scripted`` plays ``script``;
+    """The provider a command line or a tool call names: ``scripted`` plays ``script`` (its
+    call log kept in the project);
     ``anthropic`` reads its key and settings from the environment and the project's
     ``.prose/.env`` (the file wins, as for the state backend's settings). Raises
     :class:`ProviderUnavailable` saying what is missing."""
@@ -379,7 +387,7 @@ def make_provider(name: str, script: Path | None, project_root: Path) -> Provide
 
         if script is None:
             raise ProviderUnavailable("the scripted provider needs a script file")
-        return ScriptedProvider.from_file(script)
+        return ScriptedProvider.from_file(script, project_root.resolve())
     from openprose.engine.anthropic_provider import AnthropicProvider  # its SDK loads slowly
     from openprose.state import settings
 

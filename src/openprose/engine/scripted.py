@@ -6,8 +6,9 @@ model. Every key is optional::
     default_output: "ok"       # text for sessions no rule matches (omit: they fail)
     default_verdict: false     # verdict for conditions no rule matches
     latency: 0.0               # seconds each call takes, unless its rule says otherwise
-    call_log: calls.jsonl      # append one JSON line per call (relative to this file); a
-                               # call's first line has its prompt or condition as "text"
+    call_log: calls.jsonl      # append one JSON line per call (relative to this file, and
+                               # inside the project, outside .prose/); a call's first
+                               # line has its prompt or condition as "text"
     sessions:
       - match: "Summari[sz]e"  # regex searched in the prompt, then a newline, then the
                                # context as the engine would inline it
@@ -39,7 +40,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -59,6 +62,7 @@ from openprose.engine.provider import (
     Verdict,
     inline_context,
 )
+from openprose.paths import PathRefused, contained, read_file, regular_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,10 @@ class Call:
     at: float = 0.0
 
 
+#: The largest script file read.
+MAX_SCRIPT_BYTES = 16 * 1024 * 1024
+
+
 class ScriptedProvider(Provider):
     name = "scripted"
 
@@ -110,19 +118,23 @@ class ScriptedProvider(Provider):
         self._lock = threading.Lock()
 
     @classmethod
-    def from_file(cls, path: str | Path) -> ScriptedProvider:
+    def from_file(cls, path: str | Path, project: Path | None = None) -> ScriptedProvider:
+        """The provider a script file describes (a regular file of at most
+        :data:`MAX_SCRIPT_BYTES`). ``project``: its ``call_log`` must lie inside it and
+        outside its ``.prose/`` (a script's text is data, and may come from anywhere)."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_file(path, f"script {str(path)!r}", MAX_SCRIPT_BYTES).decode("utf-8")
             data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError) as err:
+        except (PathRefused, ValueError, yaml.YAMLError) as err:
             raise ProviderUnavailable(f"cannot read script {path}: {err}") from err
         if data is not None and not isinstance(data, dict):
             raise ProviderUnavailable(f"script {path} must be a mapping at the top level")
         data = data or {}
         log = data.get("call_log")
         try:
-            return cls(data, call_log=path.parent / log if isinstance(log, str) else None)
+            return cls(data, call_log=_call_log(log, path, project)
+                       if isinstance(log, str) else None)
         except ProviderUnavailable as err:
             raise ProviderUnavailable(f"script {path}: {err}") from None
 
@@ -213,12 +225,39 @@ class ScriptedProvider(Provider):
                 if text:
                     entry["text"] = text
                 line = json.dumps(entry, ensure_ascii=False)
-                with open(self.call_log_path, "a", encoding="utf-8") as handle:
+                # never blocking on a FIFO, never through a link put there since it was checked
+                fd = os.open(self.call_log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                             | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0),
+                             0o644)
+                with open(fd, "a", encoding="utf-8") as handle:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        raise ProviderError(f"call_log {self.call_log_path} is not a regular "
+                                            "file", retryable=False)
                     handle.write(line + "\n")
 
     def record_commit(self, key: str) -> None:
         """Note in the call log that the engine durably recorded ``key``'s result."""
         self._log("session", key, "committed")
+
+
+def _call_log(raw: str, script: Path, project: Path | None) -> Path:
+    """Where a script's call log goes (relative to the script): in ``project`` when given,
+    outside its ``.prose/``; an existing log must be a regular file (appending to a FIFO
+    would block every session)."""
+    if project is None:
+        path = script.parent / raw
+    else:
+        try:
+            path = contained(raw, [project], base=script.resolve().parent, what="call_log",
+                             excluded=[project / ".prose"], within="the project")
+        except PathRefused as err:
+            raise ProviderUnavailable(str(err)) from None
+    if path.exists():
+        try:
+            regular_file(path, f"call_log {raw!r}")
+        except PathRefused as err:
+            raise ProviderUnavailable(str(err)) from None
+    return path
 
 
 def _first(rules: list[_Rule], text: str) -> tuple[_Rule | None, re.Match[str] | None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from pathlib import Path
 
 from openprose.language import nodes
 from openprose.language.diagnostics import CompileError, Diagnostic, Severity
@@ -53,10 +54,14 @@ class CompileResult:
         return self.program is not None and not self.errors
 
 
-def compile(source: str, path: str | None = None) -> CompileResult:
+def compile(source: str, path: str | None = None, *, root: Path | None = None
+            ) -> CompileResult:
     """Parse and validate ``source``; never raises for bad input, reports diagnostics instead.
     The parse of a recent text is reused (the tree is immutable); validation always runs, as
-    it reads the local files the program imports."""
+    it reads the local files the program imports. ``root``: the project the program belongs
+    to — a relative ``path`` is inside it, and local imports resolve from the program's own
+    place there and may not leave it (E034); without one they resolve from the working
+    directory (the command line's files)."""
     from openprose.language.validator import validate
 
     limit = sys.getrecursionlimit()
@@ -69,7 +74,7 @@ def compile(source: str, path: str | None = None) -> CompileResult:
             if too_deep is not None:
                 kept = _capped([*diagnostics, too_deep])
                 return CompileResult(None, kept, source, path, len(diagnostics) + 1 - len(kept))
-            diagnostics.extend(validate(program, path))
+            diagnostics.extend(validate(program, path, root))
     except RecursionError:  # a last line of defence; the parser bounds nesting itself
         span = nodes.Span(1, 1, 1, 1)
         message = "program is nested too deeply to process"

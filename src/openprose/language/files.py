@@ -3,13 +3,13 @@ of bounded size, UTF-8. Errors name the path, never the file's contents."""
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
 from openprose.errors import OpenProseError
+from openprose.paths import PathRefused, read_file
 
-#: The largest program file read from disk (main programs' imports and their contracts).
+#: The largest program read: a file (a main program, an import, its contract) or source text
+#: given inline to the MCP server.
 MAX_PROGRAM_BYTES = 1024 * 1024
 
 
@@ -19,20 +19,15 @@ class ProgramFileError(OpenProseError, ValueError):
 
 def read_program_file(path: Path) -> str:
     """The text of the program at ``path``; a FIFO, device or directory is refused without
-    being read, a file over :data:`MAX_PROGRAM_BYTES` after reading that much."""
-    resolved = path.resolve()
-    if resolved.suffix != ".prose":
-        raise ProgramFileError(f"{resolved} is not a .prose file")
+    being read, a file over :data:`MAX_PROGRAM_BYTES` before reading it (see
+    :func:`openprose.paths.read_file`)."""
     try:
-        fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as err:
-        raise ProgramFileError(f"cannot read {resolved}: {err.strerror}") from err
-    with open(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ProgramFileError(f"{resolved} is not a regular file")
-        data = handle.read(MAX_PROGRAM_BYTES + 1)
-    if len(data) > MAX_PROGRAM_BYTES:
-        raise ProgramFileError(f"{resolved} is larger than {MAX_PROGRAM_BYTES // 1024} KiB")
+        resolved = path.resolve()
+        if resolved.suffix != ".prose":
+            raise ProgramFileError(f"{resolved} is not a .prose file")
+        data = read_file(resolved, str(resolved), MAX_PROGRAM_BYTES)
+    except (PathRefused, OSError, RuntimeError) as err:
+        raise ProgramFileError(str(err)) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

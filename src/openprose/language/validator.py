@@ -11,12 +11,13 @@ Codes follow docs/diagnostics.md. Name rules, chosen so every real program passe
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from openprose.language import nodes as n
 from openprose.language.diagnostics import Diagnostic, Severity
 from openprose.language.files import ProgramFileError, read_program_file
+from openprose.paths import PathRefused, contained
 
 MODELS = frozenset({"sonnet", "opus", "haiku"})
 BACKOFFS = frozenset({"none", "linear", "exponential"})
@@ -38,31 +39,48 @@ SKILL_SOURCE = re.compile(r"^(github:[\w.-]+/[\w.-]+(/[\w./-]*)?|npm:(@[\w.-]+/)
 SCOPED_STORAGE_NAME = re.compile(r"^.+__\d+$")
 USE_PATH = re.compile(r"^(https?://\S+|@?[\w.-]+/[\w./-]+|\.{0,2}/?[\w./-]+\.prose)$")
 
-ImportLoader = Callable[[n.Use, str | None], "n.Program | None"]
 
 
-def load_local_import(use: n.Use, importer: str | None) -> n.Program | None:
+def import_base(importer: str | None, root: Path | None) -> Path:
+    """The directory a local ``use`` path is relative to: the importing program's own
+    directory. In a project (``root``) a relative program path is the project's, an inline
+    program sits at the project's top; without one, paths are the working directory's (the
+    command line's files)."""
+    if importer is None:
+        return root if root is not None else Path.cwd()
+    where = Path(importer)
+    if root is not None and not where.is_absolute():
+        where = root / where
+    return where.parent
+
+
+def local_import(target: str, importer: str | None, root: Path | None) -> Path:
+    """Where a local ``use`` target is; in a project it must stay inside it
+    (:class:`~openprose.paths.PathRefused` otherwise)."""
+    base = import_base(importer, root)
+    if root is None:
+        return base / target
+    return contained(target, [root], base=base, what="use", within="the project")
+
+
+def load_contract(target: str, importer: str | None, root: Path | None) -> n.Program | None:
     """Parse a ``use`` target that is a local file, to learn its inputs and outputs."""
     from openprose.language.parser import parse
 
-    target = use.path.text
-    if target.startswith(("http://", "https://")) or not target.endswith(".prose"):
-        return None
-    base = Path(importer).parent if importer else Path.cwd()
     try:
-        source = read_program_file(base / target)
-    except ProgramFileError:
+        path = local_import(target, importer, root)
+        source = read_program_file(path)
+    except (ProgramFileError, PathRefused):
         return None
-    program, _ = parse(source, str(base / target))
+    program, _ = parse(source, str(path))
     return program
 
 
 class Validator:
-    def __init__(self, program: n.Program, path: str | None,
-                 load_import: ImportLoader | None) -> None:
+    def __init__(self, program: n.Program, path: str | None, root: Path | None) -> None:
         self.program = program
         self.path = path
-        self.load_import = load_import
+        self.root = root
         self.diagnostics: list[Diagnostic] = []
         self.agents: dict[str, n.AgentDef] = {}
         self.blocks: dict[str, n.BlockDef] = {}
@@ -145,8 +163,18 @@ class Validator:
                            f"{other.span.line}", use.span)
                 return
         self.uses[use.handle] = use
-        self.contracts[use.handle] = self.load_import(use, self.path) if self.load_import else None
         self.skills.add(use.handle)
+        local = not target.startswith(("http://", "https://")) and target.endswith(".prose")
+        self.contracts[use.handle] = None
+        if local and self.root is not None:
+            try:
+                local_import(target, self.path, self.root)
+            except PathRefused as err:
+                self.error("E034", f"{err}: a program imports only its project's files",
+                           use.path.span)
+                return
+        if local:
+            self.contracts[use.handle] = load_contract(target, self.path, self.root)
 
     def collect_skill_import(self, imp: n.ImportSkill) -> None:
         self.skills.add(imp.name.text)
@@ -600,6 +628,7 @@ def _declarations(node: n.Node) -> Iterator[tuple[str, n.Node]]:
 
 
 def validate(program: n.Program, path: str | None = None,
-             load_import: ImportLoader | None = load_local_import) -> list[Diagnostic]:
-    """All static diagnostics for ``program`` (parse errors are reported by the parser)."""
-    return Validator(program, path, load_import).run()
+             root: Path | None = None) -> list[Diagnostic]:
+    """All static diagnostics for ``program`` (parse errors are reported by the parser);
+    ``root``: the project the program belongs to (see :func:`import_base`)."""
+    return Validator(program, path, root).run()

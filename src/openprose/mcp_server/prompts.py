@@ -15,13 +15,17 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from openprose import prompts
 from openprose.errors import OpenProseError
+from openprose.language import CompileResult
 from openprose.language import compile as compile_program
+from openprose.language.files import MAX_PROGRAM_BYTES
+from openprose.paths import PathRefused, contained, read_file
 from openprose.state import postgres_url
 
 TOOL_MODES = ("filesystem", "sqlite", "postgres")
@@ -34,16 +38,36 @@ class PromptError(OpenProseError, ValueError):
 
 
 def program_text(program: str, project_root: Path) -> tuple[str, str | None]:
-    """(source, path) for ``program``: a ``.prose`` file inside ``project_root``, or source."""
+    """(source, path) for ``program``: a ``.prose`` file inside ``project_root`` (a regular
+    file: a FIFO or device is refused unopened), or source; either at most
+    :data:`MAX_PROGRAM_BYTES`."""
     if not program.strip().endswith(".prose") or "\n" in program.strip():
+        if len(program.encode()) > MAX_PROGRAM_BYTES:
+            raise PromptError(f"the program source is larger than "
+                              f"{MAX_PROGRAM_BYTES // (1024 * 1024)} MiB")
         return program, None
-    root = project_root.resolve()
-    path = (root / program.strip()).resolve()
-    if not path.is_relative_to(root):
-        raise PromptError(f"program {program!r} is outside the project {root}")
-    if not path.is_file():
-        raise PromptError(f"program {program!r} does not exist under {root}")
-    return path.read_text(encoding="utf-8"), str(path.relative_to(root))
+    root, name = project_root.resolve(), program.strip()
+    try:
+        path = contained(name, [root], base=root, what="program", within="the project")
+        return (read_file(path, f"program {name!r}", MAX_PROGRAM_BYTES).decode("utf-8"),
+                str(path.relative_to(root)))
+    except PathRefused as err:
+        raise PromptError(str(err)) from None
+    except UnicodeDecodeError:
+        raise PromptError(f"program {name!r} is not UTF-8 text") from None
+
+
+def compiled_text(program: str, project_root: Path) -> tuple[str, str | None, CompileResult]:
+    """:func:`program_text` compiled for the project: its imports resolve from its own place
+    in the project and may not leave it."""
+    source, path = program_text(program, project_root)
+    return source, path, compile_program(source, path, root=project_root.resolve())
+
+
+async def compiled(program: str, project_root: Path) -> tuple[str, str | None, CompileResult]:
+    """:func:`compiled_text` on a worker thread: a large program's compile never holds up
+    the other clients' calls."""
+    return await anyio.to_thread.run_sync(compiled_text, program, project_root)
 
 
 def _listing(source: str) -> str:
@@ -51,8 +75,7 @@ def _listing(source: str) -> str:
 
 
 def _compiled(program: str, project_root: Path) -> tuple[str, str | None]:
-    source, path = program_text(program, project_root)
-    result = compile_program(source, path)
+    source, path, result = compiled_text(program, project_root)
     if not result.ok:
         raise PromptError("the program does not compile:\n" + "\n".join(
             d.format().split("\n")[0] for d in result.errors))
@@ -77,8 +100,7 @@ def run_prompt(program: str, project_root: Path, state: str = "filesystem") -> s
 
 
 def compile_prompt(program: str, project_root: Path) -> str:
-    source, path = program_text(program, project_root)
-    result = compile_program(source, path)
+    source, path, result = compiled_text(program, project_root)
     name = path or INLINE
     errors, warnings = len(result.errors), len(result.warnings)
     verdict = (f"{name}: {errors} error(s), {warnings} warning(s)" if not result.ok else
@@ -171,9 +193,11 @@ def update_prompt(project_root: Path) -> str:
         f"{n}. {text}" for n, text in enumerate(findings, 1)) + "\n"
 
 
-def _answer(name: str, make: Callable[..., str], *args: object) -> str:
+async def _answer(name: str, make: Callable[..., str], *args: object) -> str:
+    """``make(*args)`` on a worker thread (compiling a program may take a while), its
+    refusal as an invalid-params error naming the prompt."""
     try:
-        return make(*args)
+        return await anyio.to_thread.run_sync(make, *args)
     except (PromptError, OSError, UnicodeDecodeError) as exc:
         raise MCPError(INVALID_PARAMS, f"{name}: {exc}") from None
 
@@ -186,14 +210,14 @@ def register(mcp: MCPServer, project_root: str | Path) -> None:
                 description="Run an OpenProse program: you act as its VM. program: a .prose "
                             "path in the project, or source text; state: filesystem (default), "
                             "sqlite, postgres (kept by the server's tools) or in-context.")
-    def prose_run(program: str, state: str = "filesystem") -> str:
-        return _answer("prose-run", run_prompt, program, root, state)
+    async def prose_run(program: str, state: str = "filesystem") -> str:
+        return await _answer("prose-run", run_prompt, program, root, state)
 
     @mcp.prompt(name="prose-compile",
                 description="Check an OpenProse program without running it. program: a .prose "
                             "path in the project, or source text.")
-    def prose_compile(program: str) -> str:
-        return _answer("prose-compile", compile_prompt, program, root)
+    async def prose_compile(program: str) -> str:
+        return await _answer("prose-compile", compile_prompt, program, root)
 
     @mcp.prompt(name="prose-help", description="What OpenProse programs can say, on one page.")
     def prose_help() -> str:
@@ -202,11 +226,11 @@ def register(mcp: MCPServer, project_root: str | Path) -> None:
     @mcp.prompt(name="prose-examples",
                 description="List the example programs, or show one. name: an example's name "
                             "(optional).")
-    def prose_examples(name: str = "") -> str:
-        return _answer("prose-examples", examples_prompt, root, name)
+    async def prose_examples(name: str = "") -> str:
+        return await _answer("prose-examples", examples_prompt, root, name)
 
     @mcp.prompt(name="prose-update",
                 description="Find files older OpenProse versions left in .prose/ and say how "
                             "to bring them up to date.")
-    def prose_update() -> str:
-        return _answer("prose-update", update_prompt, root)
+    async def prose_update() -> str:
+        return await _answer("prose-update", update_prompt, root)

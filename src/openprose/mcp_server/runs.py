@@ -255,7 +255,8 @@ class DrivenRun:
     def load(cls, run: Run) -> DrivenRun:
         """A run as the journal has it: its driver, pending sessions and statuses."""
         file = run.program_path or f"{run.id}/program.prose"
-        result = compile_program(run.program_source, file)
+        result = compile_program(run.program_source, run.program_path,
+                                 root=run.store.project_root.resolve())
         if not result.ok or result.program is None:
             raise Refusal("a driven run's program compiles",
                           f"the program stored with run {run.id} no longer compiles")

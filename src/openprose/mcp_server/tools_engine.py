@@ -28,7 +28,6 @@ from pydantic import BaseModel, Field, create_model
 from openprose.engine import EngineError, Provider, ProviderUnavailable
 from openprose.engine.events import Event
 from openprose.engine.runner import make_provider
-from openprose.language import compile as compile_source
 from openprose.language import nodes as n
 from openprose.mcp_server.briefing import GUIDED_TOOLS, START, brief_reply
 from openprose.mcp_server.context import ServerContext
@@ -56,11 +55,13 @@ from openprose.mcp_server.guided import (
     ItemRefused,
     SessionItem,
 )
-from openprose.mcp_server.prompts import PromptError, program_text
+from openprose.mcp_server.prompts import PromptError
+from openprose.mcp_server.prompts import compiled as compiled_program
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.results import OutputRef, ReadResult, WriteResult
 from openprose.mcp_server.runs import DRIVER_KEY, DrivenRun
 from openprose.mcp_server.sampling import SamplingProvider
+from openprose.paths import PathRefused, contained
 from openprose.state import BindingRef, StateError, settings
 
 GUIDED, DELEGATED = "guided", "delegated"
@@ -273,12 +274,12 @@ def build_provider(name: str, script: str | None, root: Path, client: Context | 
         if not script:
             raise ToolError("run_program: provider 'scripted' needs script (a YAML or JSON "
                             "file in the project)")
-        path = (root / script).resolve()
-        if not path.is_relative_to(root.resolve()):
-            raise ToolError(f"run_program: script {script!r} is outside the project")
-        try:
-            return make_provider("scripted", path, root)
-        except ProviderUnavailable as err:
+        project = root.resolve()
+        try:  # one the user placed in the project: nothing under .prose/, which tools write
+            path = contained(script, [project], base=project, what="script",
+                             excluded=[project / ".prose"], within="the project")
+            return make_provider("scripted", path, project)
+        except (PathRefused, ProviderUnavailable) as err:
             raise ToolError(f"run_program: {err}") from None
     if name == "sampling":
         if client is None or not can_sample(client):
@@ -310,12 +311,11 @@ def _stateless(client: Context) -> bool:
     return version >= "2026-07-28"
 
 
-def _program(program: str, root: Path) -> tuple[str, str | None, n.Program]:
+async def _program(program: str, root: Path) -> tuple[str, str | None, n.Program]:
     try:
-        source, path = program_text(program, root)
+        source, path, compiled = await compiled_program(program, root)
     except (PromptError, OSError, UnicodeDecodeError) as exc:
         raise ToolError(f"program: {exc}") from None
-    compiled = compile_source(source, path or "<program>")
     if not compiled.ok or compiled.program is None:
         raise ToolError("the program does not compile:\n" + "\n".join(
             f"{d.file or '<program>'}:{d.span.line}:{d.span.column} {d.code} {d.message}"
@@ -333,7 +333,7 @@ async def ask_inputs(program: str, inputs: dict[str, str] | None, context: Conte
     (in either protocol era), otherwise left for the tool to list."""
     root = context.request_context.lifespan_context.project_root
     try:
-        _, _, parsed = _program(program, root)
+        _, _, parsed = await _program(program, root)
     except ToolError:
         return {}
     missing = _missing_inputs(parsed, dict(inputs or {}))
@@ -507,7 +507,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
             data = asked.data
             if isinstance(data, BaseModel):
                 given.update({k: str(v) for k, v in data.model_dump().items()})
-        source, path, parsed = _program(program, ctx.project_root)
+        source, path, parsed = await _program(program, ctx.project_root)
         missing = _missing_inputs(parsed, given)
         if missing:
             result = RunReport(run_id="", mode=DELEGATED, status="needs inputs", backend=state,
@@ -617,11 +617,12 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     async def compile_program(program: str) -> Annotated[CallToolResult, CompileReport]:
         """Check a program (a .prose path or source): diagnostics as `prose compile --json`."""
         try:
-            source, path = program_text(program, ctx.project_root)
+            source, _, compiled = await compiled_program(program, ctx.project_root)
         except (PromptError, OSError, UnicodeDecodeError) as exc:
             raise ToolError(f"compile_program: {exc}") from None
-        compiled = compile_source(source, path or "<program>")
-        diagnostics = [DiagnosticInfo.model_validate(d.to_dict()) for d in compiled.diagnostics]
+        diagnostics = [DiagnosticInfo.model_validate({**d.to_dict(),
+                                                      "file": d.file or "<program>"})
+                       for d in compiled.diagnostics]
         text = "\n".join(d.format(source).split("\n")[0] for d in compiled.diagnostics)
         return compact(CompileReport(ok=compiled.ok, diagnostics=diagnostics),
                        text or "no diagnostics: the program compiles")

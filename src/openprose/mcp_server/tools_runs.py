@@ -9,11 +9,11 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ToolAnnotations
 
-from openprose.language import compile as compile_program
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.follow import Follower
 from openprose.mcp_server.outline import build
-from openprose.mcp_server.prompts import PromptError, program_text
+from openprose.mcp_server.prompts import PromptError
+from openprose.mcp_server.prompts import compiled as compiled_program
 from openprose.mcp_server.refusal import Refusal, refuse_all
 from openprose.mcp_server.results import (
     BindingEntry,
@@ -123,11 +123,10 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             raise Refusal("a run is started in a mode this server offers",
                           f"unknown mode {mode!r} (offered: {offered})")
         try:
-            source, path = program_text(program, ctx.project_root)
+            source, path, compiled = await compiled_program(program, ctx.project_root)
         except (PromptError, OSError, UnicodeDecodeError) as exc:
             raise ToolError(f"start_run: {exc}") from None
         file = path or "<program>"
-        compiled = compile_program(source, file)
         if not compiled.ok or compiled.program is None:
             raise ToolError(compile_errors(compiled.errors))
         outline = build(compiled.program, source)

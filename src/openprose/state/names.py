@@ -7,6 +7,7 @@ import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 
+from openprose.paths import PathOutside, PathRefused, contained
 from openprose.state.errors import InvalidNameError, PathEscapeError
 
 MAX_NAME = 128
@@ -81,25 +82,9 @@ def contained_path(raw: str, roots: list[Path], base: Path, *,
                    home: Path | None = None) -> Path:
     """Resolve a custom persist path; it must stay inside one of ``roots``. A leading ``~``
     is ``home`` when given (the store's home, which tests and callers may override)."""
-    _reject_unsafe_path(raw)
-    if home is not None and (raw == "~" or raw.startswith("~/")):
-        candidate = home / raw[2:]
-    else:
-        candidate = Path(raw).expanduser()
-    if not candidate.is_absolute():
-        candidate = base / candidate
-    resolved = candidate.resolve()
-    for root in roots:
-        if resolved.is_relative_to(root.resolve()):
-            return resolved
-    allowed = " or ".join(str(r) for r in roots)
-    raise PathEscapeError(f"persist path {raw!r} resolves to {resolved}, outside {allowed}")
-
-
-def _reject_unsafe_path(raw: str) -> None:
-    if not isinstance(raw, str) or not raw.strip():
-        raise InvalidNameError("persist path must be a non-empty string")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in raw):
-        raise InvalidNameError(f"persist path {raw!r} contains a control character")
-    if len(raw) > 1024:
-        raise InvalidNameError("persist path is longer than 1024 characters")
+    try:
+        return contained(raw, roots, base=base, what="persist path", home=home)
+    except PathOutside as err:
+        raise PathEscapeError(str(err)) from None
+    except PathRefused as err:
+        raise InvalidNameError(str(err)) from None
