@@ -378,9 +378,8 @@ def _both(first: Listener, second: Listener | None) -> Listener:
 
 def make_provider(name: str, script: Path | None, project_root: Path) -> Provider:
     """The provider a command line or a tool call names: ``scripted`` plays ``script`` (its
-    call log kept in the project);
-    ``anthropic`` reads its key and settings from the environment and the project's
-    ``.prose/.env`` (the file wins, as for the state backend's settings). Raises
+    call log kept in the project); ``anthropic`` reads its key and settings from the
+    environment and the project's ``.prose/.env`` (the file wins, as for the state backend's settings). Raises
     :class:`ProviderUnavailable` saying what is missing."""
     if name == "scripted":
         from openprose.engine.scripted import ScriptedProvider
