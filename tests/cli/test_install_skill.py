@@ -162,10 +162,81 @@ def test_print_shows_codex_cursor_vscode_and_gemini_entries_in_their_formats(hom
     assert result.returncode == 0, result.stderr
     entry = expected_entry(project)
     codex = tomllib.loads(printed_snippet(result.stdout, "Codex CLI"))
-    assert codex["mcp_servers"]["openprose"] == {**entry, "default_tools_approval_mode": "approve"}
+    assert codex["mcp_servers"]["openprose"] == {**entry, "default_tools_approval_mode": "approve",
+                                                 "required": True}
     for client in ("Cursor", "Gemini CLI"):
         assert json.loads(printed_snippet(result.stdout, client)) == {
             "mcpServers": {"openprose": entry}}
     assert json.loads(printed_snippet(result.stdout, "VS Code")) == {
         "servers": {"openprose": {"type": "stdio", **entry}}}
     assert "~/.codex/config.toml" in result.stdout and "settings.json" in result.stdout
+
+
+CODEX_CONFIG = """model = "o3"
+# the user's own comment
+[mcp_servers.files]
+command = "files-mcp"
+
+[mcp_servers.openprose]
+command = "/old/venv/bin/prose"
+args = ["serve"]
+[mcp_servers.openprose.env]
+OLD = "1"
+
+[tui]
+theme = "dark"
+"""
+
+
+def install_codex(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "XDG_CONFIG_HOME"}
+    env |= {"HOME": str(home), "CODEX_HOME": str(home / ".codex")}
+    return subprocess.run([str(PROSE), "install-skill", "--codex", *args], capture_output=True,
+                          text=True, env=env, cwd=home, timeout=60)
+
+
+def test_codex_keeps_other_settings_replaces_a_stale_table_and_copies_the_skill(
+        home: Path) -> None:
+    config = home / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(CODEX_CONFIG)
+    first = install_codex(home)
+    assert first.returncode == 0, first.stderr
+    data = tomllib.loads(config.read_text())
+    original = tomllib.loads(CODEX_CONFIG)
+    assert data["mcp_servers"]["openprose"] == {
+        **expected_entry(home), "default_tools_approval_mode": "approve", "required": True}
+    assert {k: v for k, v in data.items() if k != "mcp_servers"} == {
+        k: v for k, v in original.items() if k != "mcp_servers"}
+    assert data["mcp_servers"]["files"] == original["mcp_servers"]["files"]
+    assert "# the user's own comment" in config.read_text()
+    [backup] = config.parent.glob("config.toml.*.bak")
+    assert backup.read_text() == CODEX_CONFIG
+    assert "Replaced the previous 'openprose' table" in first.stdout
+    skill = home / ".codex" / "skills" / "open-prose"
+    assert (skill / "SKILL.md").read_text() == (REPO / "skill" / "skills" / "open-prose" /
+                                                "SKILL.md").read_text()
+
+    after = config.read_bytes()
+    second = install_codex(home)
+    assert second.returncode == 0, second.stderr
+    assert "already has the 'openprose' server" in second.stdout
+    assert config.read_bytes() == after
+    assert len(list(config.parent.glob("*.bak"))) == 1
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("model = ", "not valid TOML"),
+    ('mcp_servers.openprose.command = "/x"\n', "edit it by hand"),
+])
+def test_codex_refuses_a_config_it_cannot_merge_and_leaves_it_alone(
+        home: Path, content: str, problem: str) -> None:
+    config = home / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(content)
+    result = install_codex(home)
+    assert result.returncode == 1
+    assert problem in result.stderr and str(config) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert config.read_text() == content
+    assert list(config.parent.glob("*.bak")) == []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.hosts.claude_code import required_tool
 
-from openprose.cli.host_setup import SERVER_NAME, client_entries, server_entry
+from openprose.cli.host_setup import SERVER_NAME, SKILL_NAME
 
 #: How Codex groups our server's tools for its model (a call must name it).
 NAMESPACE = f"mcp__{SERVER_NAME}"
@@ -27,10 +27,9 @@ def codex_executable() -> str:
 
 
 def write_config(codex_home: Path, api_url: str, prose: Path, project: Path) -> None:
-    """``config.toml``: the fake model provider, no approvals asked, nothing sent elsewhere,
-    and our server as ``prose install-skill --print`` shows it, required to start."""
-    [codex] = [e for e in client_entries(server_entry(prose, project))
-               if e.client == "Codex CLI"]
+    """``config.toml``: the fake model provider, no approvals asked, nothing sent elsewhere;
+    then ``prose install-skill --codex`` adds our server and the open-prose skill, as a user
+    runs it."""
     codex_home.mkdir(parents=True, exist_ok=True)
     (codex_home / "config.toml").write_text("\n".join([
         'model_provider = "fake"',
@@ -46,10 +45,12 @@ def write_config(codex_home: Path, api_url: str, prose: Path, project: Path) -> 
         f"base_url = {json.dumps(api_url)}",
         'wire_api = "responses"',
         f'env_key = "{KEY_VARIABLE}"',
-        codex.snippet,
-        # Without it the first model request can go out before our tools are listed.
-        "required = true",
         ""]), encoding="utf-8")
+    installed = subprocess.run([str(prose), "install-skill", "--codex", "--project", str(project)],
+                               env={**os.environ, "CODEX_HOME": str(codex_home)},
+                               capture_output=True, text=True, timeout=60)
+    assert installed.returncode == 0, installed.stderr
+    assert (codex_home / "skills" / SKILL_NAME / "SKILL.md").is_file(), installed.stdout
 
 
 def run_codex(prompt: str, codex_home: Path, cwd: Path, timeout: float = 300

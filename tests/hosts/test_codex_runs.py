@@ -1,5 +1,5 @@
 """End to end in a second host from another vendor: ``codex exec --json "prose run …"`` with our
-server configured as ``prose install-skill --print`` shows it, against a local fake of the
+server and skill installed by ``prose install-skill --codex``, against a local fake of the
 OpenAI Responses API. The scripted model runs the program guided (``start_run`` with
 ``mode: "guided"``, then ``next_step``) and, with no subagent of ours to hand sessions to, does
 each session itself as the prose-run prompt says: it reads the brief (``get_brief``) and the
@@ -19,6 +19,7 @@ from typing import Any
 from tests.hosts.codex_cli import NAMESPACE, run_codex, tool_calls, write_config
 from tests.hosts.fake_responses import FakeResponsesAPI, Item, function_call, message
 from tests.hosts.host_model import REFERENCE_SCRIPT, answer, read_brief
+from tests.hosts.test_plugin_manifest import SKILL, frontmatter
 from tests.hosts.test_plugin_runs import INPUTS, PROGRAM
 from tests.mcp_server.test_host_walk import assert_same_run
 from tests.mcp_server.tool_host import engine_run
@@ -106,6 +107,11 @@ def test_guided_run_in_codex_cli_equals_prose_run(tmp_path: Path) -> None:
     groups = {t.get("name"): t for t in api.requests[0]["tools"] if t.get("type") == "namespace"}
     assert {"start_run", "next_step", "write_binding"} <= {
         t["name"] for t in groups[NAMESPACE]["tools"]}, result.stdout + result.stderr
+    # and the open-prose skill prose install-skill --codex copied, listed for "prose run".
+    meta, _ = frontmatter(SKILL)
+    given = "\n".join(part.get("text", "") for item in api.requests[0]["input"]
+                      for part in item.get("content") or [] if isinstance(part, dict))
+    assert f"{meta['name']}: {meta['description']}" in given
 
     made = tool_calls(result.stdout)
     assert made and all(c["status"] == "completed" and not c.get("error") for c in made), made

@@ -1,6 +1,7 @@
 """What each chat host needs to reach ``prose serve``: the Claude Desktop ``mcpServers`` entry
 (merged into an existing config file, backed up first), the Claude Code plugin and
-``claude mcp add`` lines, and where the plugin folder is on this installation."""
+``claude mcp add`` lines, Codex CLI's server table and skill, the other clients' entries, and
+where the plugin folder is on this installation."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import os
 import shlex
 import shutil
 import sys
+import tempfile
+import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
@@ -25,6 +28,7 @@ PLUGIN_ID = f"{SERVER_NAME}@{MARKETPLACE_NAME}"
 MARKETPLACE_FILE = Path(".claude-plugin") / "marketplace.json"
 # The plugin's server entry (``.mcp.json`` runs it): finds prose, or explains how to install it.
 LAUNCHER = Path("skill") / "bin" / "prose_mcp.py"
+SKILL_NAME = "open-prose"
 
 
 class HostSetupError(OpenProseError):
@@ -169,21 +173,28 @@ class ClientEntry:
     snippet: str
 
 
-def client_entries(entry: dict) -> list[ClientEntry]:
-    """The stdio server ``entry`` in the configuration format of Codex CLI (TOML), Cursor and
-    VS Code (``mcp.json``) and Gemini CLI (``settings.json``)."""
+def codex_table(entry: dict) -> str:
+    """The stdio server ``entry`` as Codex CLI's ``[mcp_servers.openprose]`` TOML table."""
     command, args = entry["command"], entry["args"]
     # JSON strings are valid TOML basic strings (json.dumps escapes to ASCII).
-    toml = "\n".join([
+    return "\n".join([
         f"[mcp_servers.{SERVER_NAME}]",
         f"command = {json.dumps(command)}",
         f"args = [{', '.join(json.dumps(arg) for arg in args)}]",
         "# a guided run makes many calls: approve this server's tools once, here",
-        'default_tools_approval_mode = "approve"'])
+        'default_tools_approval_mode = "approve"',
+        "# if prose cannot start, Codex stops and names it instead of going on without it",
+        "required = true"])
+
+
+def client_entries(entry: dict) -> list[ClientEntry]:
+    """The stdio server ``entry`` in the configuration format of Codex CLI (TOML), Cursor and
+    VS Code (``mcp.json``) and Gemini CLI (``settings.json``)."""
     mcp_servers = json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2)
     vscode = json.dumps({"servers": {SERVER_NAME: {"type": "stdio", **entry}}}, indent=2)
     return [
-        ClientEntry("Codex CLI", "~/.codex/config.toml", toml),
+        ClientEntry("Codex CLI", "~/.codex/config.toml (or run: prose install-skill --codex)",
+                    codex_table(entry)),
         ClientEntry("Cursor", "~/.cursor/mcp.json (or .cursor/mcp.json in the project)",
                     mcp_servers),
         ClientEntry("VS Code", ".vscode/mcp.json in the project (or the user mcp.json: "
@@ -191,6 +202,106 @@ def client_entries(entry: dict) -> list[ClientEntry]:
         ClientEntry("Gemini CLI", "~/.gemini/settings.json (or .gemini/settings.json in the "
                     "project)", mcp_servers),
     ]
+
+
+def codex_home() -> Path:
+    """Codex CLI's folder: ``CODEX_HOME``, or ``~/.codex``."""
+    return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+
+
+@dataclass(frozen=True)
+class CodexResult:
+    config: Path
+    changed: bool
+    backup: Path | None
+    replaced: bool  # an earlier, different openprose table (kept in the backup)
+    skill: Path | None  # where the open-prose skill was copied, when the plugin folder exists
+
+
+def install_codex(home: Path, snippet: str, marketplace: Path | None) -> CodexResult:
+    """Put the ``[mcp_servers.openprose]`` table ``snippet`` into ``home/config.toml`` and the
+    open-prose skill into ``home/skills/open-prose``.
+
+    Every other line of the config is kept as written: an earlier openprose table (and its
+    sub-tables) is cut out as text and the snippet appended, and the result must parse to the
+    same settings apart from that table, or nothing is written. A changed file is backed up
+    first; a second run changes nothing.
+    """
+    config = home / "config.toml"
+    if config.is_symlink():
+        raise HostSetupError(f"{config} is a symbolic link; edit the file it points to")
+    original = config.read_text(encoding="utf-8") if config.is_file() else ""
+    before = _toml(config, original)
+    wanted = tomllib.loads(snippet)["mcp_servers"][SERVER_NAME]
+    previous = (before.get("mcp_servers") or {}).get(SERVER_NAME)
+    changed = previous != wanted
+    backup = None
+    if changed:
+        kept = _without_table(original, f"mcp_servers.{SERVER_NAME}")
+        text = kept.rstrip("\n") + ("\n\n" if kept.strip() else "") + snippet + "\n"
+        try:
+            after = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:  # e.g. dotted openprose keys outside its table
+            after = {"mcp_servers": {}}
+        if _but_ours(after) != _but_ours(before) or \
+                after["mcp_servers"].get(SERVER_NAME) != wanted:
+            raise HostSetupError(f"{config}: cannot replace its [mcp_servers.{SERVER_NAME}] "
+                                 "table without touching other settings; edit it by hand")
+        if config.exists():
+            backup = _backup(config, original.encode("utf-8"))
+        home.mkdir(parents=True, exist_ok=True)
+        atomic_write(config, text, durable=True, private=True)
+    skill = None
+    if marketplace is not None:
+        skill = home / "skills" / SKILL_NAME
+        _replace_tree(marketplace / "skill" / "skills" / SKILL_NAME, skill)
+    return CodexResult(config, changed, backup, changed and previous is not None, skill)
+
+
+def _toml(path: Path, text: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise HostSetupError(f"{path}: not valid TOML ({exc}); fix it, then run this "
+                             "again") from None
+
+
+def _but_ours(data: dict) -> dict:
+    servers = {k: v for k, v in (data.get("mcp_servers") or {}).items() if k != SERVER_NAME}
+    rest = {k: v for k, v in data.items() if k != "mcp_servers"}
+    return {**rest, "mcp_servers": servers} if servers else rest
+
+
+def _without_table(text: str, name: str) -> str:
+    """``text`` without the lines of table ``[name]`` and its sub-tables."""
+    kept, inside = [], False
+    for line in text.splitlines(keepends=True):
+        header = line.strip()
+        if header.startswith("[") and not header.startswith("[["):
+            title = header.strip("[]").split("#")[0].strip().replace(" ", "")
+            inside = title == name or title.startswith(name + ".")
+        if not inside:
+            kept.append(line)
+    return "".join(kept)
+
+
+def _replace_tree(source: Path, target: Path) -> None:
+    """Copy the folder ``source`` to ``target``, replacing an earlier copy only once the new
+    one is complete."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        shutil.copytree(source, staging, dirs_exist_ok=True)
+        if target.exists():
+            old = target.with_name(f".{target.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            target.rename(old)
+            staging.rename(target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def claude_code_lines(executable: Path, marketplace: Path | None) -> list[str]:

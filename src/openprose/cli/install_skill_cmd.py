@@ -1,4 +1,5 @@
-"""``prose install-skill``: connect Claude Desktop or Claude Code to ``prose serve``."""
+"""``prose install-skill``: connect Claude Desktop, Claude Code, Codex CLI and other MCP clients to
+``prose serve``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from openprose.cli.host_setup import (
     HostSetupError,
     claude_code_lines,
     client_entries,
+    codex_home,
+    codex_table,
     desktop_config_path,
+    install_codex,
     install_desktop,
     marketplace_root,
     prose_executable,
@@ -30,6 +34,9 @@ from openprose.cli.host_setup import (
 @click.option("--bundle", "target", flag_value="bundle",
               help="Build openprose.mcpb, Claude Desktop's one-click bundle (it asks for the "
                    "project folder and the state backend).")
+@click.option("--codex", "target", flag_value="codex",
+              help="Add the openprose server to Codex CLI's config.toml (other settings kept, "
+                   "a backup first) and the open-prose skill to its skills folder.")
 @click.option("--claude-code", "target", flag_value="code",
               help="Print the 'claude plugin' and 'claude mcp add' lines for Claude Code, and "
                    "record this prose for the plugin's server to start.")
@@ -64,6 +71,8 @@ def install_skill_command(target: str, project: Path, config: Path | None,
         entry = server_entry(executable, root)
         if target == "desktop":
             _desktop(config or desktop_config_path(), entry)
+        elif target == "codex":
+            _codex(codex_home(), codex_table(entry), marketplace_root())
         elif target == "code":
             marketplace = marketplace_root()
             click.echo("\n".join(claude_code_lines(executable, marketplace)))
@@ -88,6 +97,21 @@ def _desktop(config: Path, entry: dict) -> None:
     if result.replaced is not None:
         click.echo(f"Replaced the previous '{SERVER_NAME}' entry (kept in the backup).")
     click.echo(f"Added the '{SERVER_NAME}' server to {config}. Restart Claude Desktop to use it.")
+
+
+def _codex(home: Path, table: str, marketplace: Path | None) -> None:
+    result = install_codex(home, table, marketplace)
+    if result.backup:
+        click.echo(f"Backed up {result.config} to {result.backup}")
+    if result.replaced:
+        click.echo(f"Replaced the previous '{SERVER_NAME}' table (kept in the backup).")
+    if result.changed:
+        click.echo(f"Added the '{SERVER_NAME}' server to {result.config}.")
+    else:
+        click.echo(f"Codex CLI already has the '{SERVER_NAME}' server in {result.config}.")
+    if result.skill is not None:
+        click.echo(f"Copied the open-prose skill to {result.skill}.")
+    click.echo("Start codex and type: prose run FILE")
 
 
 def _print_all(executable: Path, entry: dict, config: Path) -> None:
