@@ -162,8 +162,9 @@ def test_print_shows_codex_cursor_vscode_and_gemini_entries_in_their_formats(hom
     assert result.returncode == 0, result.stderr
     entry = expected_entry(project)
     codex = tomllib.loads(printed_snippet(result.stdout, "Codex CLI"))
-    assert codex["mcp_servers"]["openprose"] == {**entry, "default_tools_approval_mode": "approve",
-                                                 "required": True}
+    assert codex["mcp_servers"]["openprose"] == {
+        **entry, "default_tools_approval_mode": "approve", "required": True,
+        "startup_timeout_sec": 60}
     for client in ("Cursor", "Gemini CLI"):
         assert json.loads(printed_snippet(result.stdout, client)) == {
             "mcpServers": {"openprose": entry}}
@@ -205,7 +206,8 @@ def test_codex_keeps_other_settings_replaces_a_stale_table_and_copies_the_skill(
     data = tomllib.loads(config.read_text())
     original = tomllib.loads(CODEX_CONFIG)
     assert data["mcp_servers"]["openprose"] == {
-        **expected_entry(home), "default_tools_approval_mode": "approve", "required": True}
+        **expected_entry(home), "default_tools_approval_mode": "approve", "required": True,
+        "startup_timeout_sec": 60}
     assert {k: v for k, v in data.items() if k != "mcp_servers"} == {
         k: v for k, v in original.items() if k != "mcp_servers"}
     assert data["mcp_servers"]["files"] == original["mcp_servers"]["files"]

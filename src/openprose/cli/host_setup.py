@@ -184,7 +184,9 @@ def codex_table(entry: dict) -> str:
         "# a guided run makes many calls: approve this server's tools once, here",
         'default_tools_approval_mode = "approve"',
         "# if prose cannot start, Codex stops and names it instead of going on without it",
-        "required = true"])
+        "required = true",
+        "# the first start (or a busy machine) can take longer than Codex's 10 s default",
+        "startup_timeout_sec = 60"])
 
 
 def client_entries(entry: dict) -> list[ClientEntry]:

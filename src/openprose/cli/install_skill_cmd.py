@@ -116,7 +116,9 @@ def _codex(home: Path, table: str, marketplace: Path | None) -> None:
 
 def _print_all(executable: Path, entry: dict, config: Path) -> None:
     snippet = json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2)
-    click.echo(f"Claude Desktop: merge this into {config}\n"
+    click.echo("Claude Desktop in one click: prose install-skill --bundle, then open "
+               "openprose.mcpb with Claude Desktop.\n")
+    click.echo(f"Claude Desktop without the bundle: merge this into {config}\n"
                f"(or run: prose install-skill --claude-desktop)\n\n{snippet}\n")
     click.echo("Claude Code:\n\n" + "\n".join(claude_code_lines(executable, marketplace_root())))
     for other in client_entries(entry):
