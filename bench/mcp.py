@@ -25,6 +25,11 @@ and talks to it over a real stdio pipe with the SDK's client, as a host does. Se
 - ``guided-bytes`` (issue 12): bytes a host reads per guided session (the next_step result
   carrying it and the write_binding confirmation) for 1 KB and 1 MB values. Target: <= 1.5 KB,
   the same for both.
+- ``main-bytes`` (issue 25): bytes the main agent sees (structured content as JSON, what Claude
+  Code shows) per guided session (its next_step item and write confirmation) and per judgment,
+  for 1 KB and 1 MB values and a 200-character and a 7.7 KB agent role; then whole guided runs
+  of corpus programs with long agent roles (``--corpus``). Targets: <= 1024 and <= 1536, the
+  same for every size. ``PYTHONPATH=<checkout>/src`` measures another checkout's server.
 - ``plugin`` (issue 13): bytes of our tool descriptions a host sends with every turn, and
   Claude Code's projected token cost of the plugin (``claude plugin details``, with Claude Code
   from ``OPENPROSE_TEST_CLAUDE`` or PATH, in a throwaway HOME).
@@ -287,6 +292,118 @@ async def section_guided_bytes(client: Client, options: argparse.Namespace) -> N
         print(f"{label:<8} {sizes[0]:>10} {sizes[1]:>8} {sum(sizes):>8}")
 
 
+#: Issue 25: an agent with a long role, three large branch results, then a judged loop.
+ROLE = "You are a careful analyst: you check every figure against its source, say what " \
+       "you could not verify, and keep your notes short. " * 60
+JUDGED = f"""\
+input material: "what to study"
+agent analyst:
+  prompt: "{ROLE}"
+parallel:
+  market = session: analyst
+    prompt: "Study the market"
+    context: material
+  costs = session: analyst
+    prompt: "Study the costs"
+    context: material
+  risks = session: analyst
+    prompt: "Study the risks"
+    context: material
+let draft = "none yet"
+loop until **the draft is approved** (max: 3):
+  draft = session: analyst
+    prompt: "Write the draft"
+    context: {{ market, costs, risks }}
+output final = session "Polish"
+  context: draft
+"""
+
+
+def seen_bytes(content: dict[str, Any]) -> int:
+    """Bytes of structured content as Claude Code shows it to the model (JSON)."""
+    return len(json.dumps(content, ensure_ascii=False).encode())
+
+
+async def walk_all(client: Client, source: str, inputs: dict[str, str], value: str
+                   ) -> dict[str, list[int]]:
+    """Run ``source`` guided, the host answering everything at once (sessions with
+    ``value``; a condition false twice, then true; a choice its first option). Bytes the
+    main agent sees: each session item plus its write confirmation, each judgment item,
+    each next_step result (structured content, and the whole result on the wire)."""
+    started = await call(client, "start_run", program=source, inputs=inputs, mode="guided")
+    vm = started.structured_content["vm_token"]
+    found: dict[str, list[int]] = {"session": [], "judgment": [], "step": [], "wire": []}
+    answered: set[str] = set()
+    judged = 0
+    while True:
+        step = await call(client, "next_step", vm_token=vm, wait_s=5.0)
+        content = step.structured_content
+        found["step"].append(seen_bytes(content))
+        found["wire"].append(wire_bytes(step))
+        if content["status"] != "running":
+            if content["status"] != "completed":
+                raise BenchError(f"guided run ended {content['status']}: {content}")
+            return found
+        for item in content.get("pending", []):
+            if item["token"] in answered:
+                continue
+            answered.add(item["token"])
+            if item["kind"] == "session":
+                written = await call(client, "write_binding", token=item["token"],
+                                     value=value, summary="done")
+                found["session"].append(seen_bytes(item)
+                                        + seen_bytes(written.structured_content))
+                continue
+            found["judgment"].append(seen_bytes(item))
+            judged += 1
+            verdict: bool | str = item["options"][0] if item.get("options") else judged % 3 == 0
+            await call(client, "submit_verdict", token=item["token"], value=verdict,
+                       reason="checked")
+
+
+def corpus_inputs(source: str) -> dict[str, str]:
+    from openprose.language import compile_or_raise
+
+    return {decl.name: f"sample {decl.name}"
+            for decl in compile_or_raise(source, "corpus.prose").inputs}
+
+
+async def section_main_bytes(client: Client, options: argparse.Namespace) -> None:
+    """Issue 25: what the main agent's context pays per guided session and per judgment,
+    whatever the values' sizes and the agents' roles; and whole runs of corpus programs
+    with long agent roles."""
+    print("guided: bytes the main agent sees (structured content as JSON, what Claude Code "
+          "shows); targets: per session <= 1024, per judgment <= 1536, the same for all sizes")
+    print(f"{'values':<7} {'role':>6} {'session max':>12} {'judgment max':>13} "
+          f"{'next_step total':>16} {'on the wire':>12}")
+    for label, size in (("1 KB", KB), ("1 MB", MB)):
+        for role in (ROLE[:200], ROLE):
+            source = JUDGED.replace(ROLE, role)
+            found = await walk_all(client, source, {"material": "m" * size}, "v" * size)
+            print(f"{label:<7} {len(role):>6} {max(found['session']):>12} "
+                  f"{max(found['judgment']):>13} {sum(found['step']):>16} "
+                  f"{sum(found['wire']):>12}")
+    corpus = Path(options.corpus)
+    print(f"whole guided runs of corpus programs with long agent roles ({corpus}), values "
+          "100 B: next_step bytes in all (structured / on the wire), the largest session and "
+          "judgment")
+    for name in ("38-skill-scan.prose", "47-language-self-improvement.prose"):
+        path = corpus / name
+        if not path.is_file():
+            print(f"  {name}: skipped (not found)")
+            continue
+        source = path.read_text(encoding="utf-8")
+        try:
+            found = await walk_all(client, source, corpus_inputs(source), "r" * 100)
+        except BenchError as err:
+            print(f"  {name}: {err}")
+            continue
+        print(f"  {name}: {len(found['step'])} next_step calls, {sum(found['step'])} B "
+              f"structured / {sum(found['wire'])} B on the wire; {len(found['session'])} "
+              f"sessions (max {max(found['session'], default=0)} B), "
+              f"{len(found['judgment'])} judgments (max {max(found['judgment'], default=0)} B)")
+
+
 async def section_plugin(client: Client, options: argparse.Namespace) -> None:
     """What the Claude Code plugin costs a host's context: Claude Code's own projection of
     the skill (``claude plugin details``) and the tool descriptions sent with every turn."""
@@ -376,6 +493,7 @@ SECTIONS: dict[str, Section] = {
     "round-trip": section_round_trip,
     "guided-overhead": section_guided_overhead,
     "guided-bytes": section_guided_bytes,
+    "main-bytes": section_main_bytes,
     "plugin": section_plugin,
     "subagent-tools": section_subagent_tools,
 }
@@ -384,9 +502,11 @@ SECTIONS: dict[str, Section] = {
 async def main(options: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="prose-bench-mcp-") as tmp:
         project = options.project = Path(tmp)
+        # PYTHONPATH passes on: PYTHONPATH=<other checkout>/src measures that checkout.
+        keep = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
         server = StdioServerParameters(command=PROSE,
                                        args=["serve", "--project", str(project)],
-                                       env={"HOME": tmp})
+                                       env={"HOME": tmp, **keep})
         async with Client(server, mode="legacy") as client:
             for name in options.sections:
                 await SECTIONS[name](client, options)
@@ -401,6 +521,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="write_binding calls timed in round-trip")
     parser.add_argument("--statements", type=int, default=200,
                         help="sessions of the program timed in guided-overhead")
+    parser.add_argument("--corpus", default=str(REPO.parent / "shared" / "corpus"),
+                        help="the corpus main-bytes runs programs of")
     parser.add_argument("--repeat", type=int, default=3,
                         help="guided-overhead runs each side this often and keeps the fastest")
     options = parser.parse_args(argv)
