@@ -23,6 +23,7 @@ COMMANDS = {
     "clean": "openprose.cli.clean_cmd:clean_command",
     "install-skill": "openprose.cli.install_skill_cmd:install_skill_command",
     "serve": "openprose.cli.serve_cmd:serve_command",
+    "hook": "openprose.cli.hook_cmd:hook_command",
 }
 
 

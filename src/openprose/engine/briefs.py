@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from openprose.engine.permissions import brief_permissions
 from openprose.engine.provider import SessionRequest
 
 #: Characters of one earlier failure a retried session is told.
@@ -70,7 +71,7 @@ def brief_of(request: SessionRequest, run: str = "") -> Brief:
                       for item in request.context),
         persistent=request.persistent, attempt=request.attempt,
         failures=tuple(short_failure(error) for error in request.failures),
-        run=run)
+        permissions=brief_permissions(request.permissions), run=run)
 
 
 def attempt_note(brief: Brief) -> str:

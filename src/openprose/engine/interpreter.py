@@ -35,7 +35,7 @@ from openprose.engine.events import Event, Listener
 from openprose.engine.imports import Imported
 from openprose.engine.journal import Journal, OpenSession, SessionSpec
 from openprose.engine.parallel import join, replay
-from openprose.engine.permissions import Permissions, permissions_of
+from openprose.engine.permissions import Permissions, grant_fields, permissions_for
 from openprose.engine.provider import (
     ContextItem,
     JudgeRequest,
@@ -398,16 +398,16 @@ class Interpreter:
             over = self.options.budget.exceeded(self.totals.usage)
             if over is not None:
                 raise BudgetExhausted(f"budget reached: {over}; no new session was started")
+        permissions = self.permissions(node, ctx)
         spec = SessionSpec(ctx.path, digest, name, kind, ctx.execution_id, self.source_of(node),
                            node.span.line, refs, node.agent if persist else None, persist,
-                           tuple(items))
+                           tuple(items), grant_fields(node.agent, permissions, ctx.path))
         self.emit("session_opening", ctx.path, node)
         try:
             handle = await self.open_session(spec)
         finally:  # opened or not (its branch cancelled, the write failed): no longer opening
             self.emit("session_opened", ctx.path, node)
         memory = handle.io.read_memory() if node.resume else None
-        permissions = self.permissions(merged.permissions, ctx)
         work = self.work_tools(node, ctx, permissions)
         policy = RetryPolicy(merged.retries, merged.backoff, self.options.retry_base_delay)
         self.totals.in_flight += 1
@@ -452,15 +452,11 @@ class Interpreter:
         self.emit("session_end", ctx.path, node, tokens=tokens)
         return output
 
-    def permissions(self, blocks: tuple[n.PropertyBlock, ...], ctx: Ctx) -> Permissions | None:
-        """The session's permissions: its own block's keys over its agent's (``None``: the
-        program gives none). Patterns may interpolate bindings or name string consts."""
-        found: Permissions | None = None
-        for block in reversed(blocks):  # the agent's first, then the session's over it
-            mine = permissions_of(block, lambda item: values.to_text(
-                self.static_value(item, ctx.scope)))
-            found = mine.over(found)
-        return found
+    def permissions(self, node: n.Session, ctx: Ctx) -> Permissions | None:
+        """The session's permissions (``None``: the program gives none). Patterns may
+        interpolate bindings or name string consts."""
+        return permissions_for(node, self.agents.get(node.agent or ""), lambda item: (
+            values.to_text(self.static_value(item, ctx.scope))))
 
     def work_tools(self, node: n.Session, ctx: Ctx, permissions: Permissions | None
                    ) -> WorkTools | None:

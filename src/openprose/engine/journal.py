@@ -32,6 +32,8 @@ class SessionSpec:
     agent: str | None = None
     persist: str | None = None
     items: tuple[ContextItem, ...] = ()
+    #: The session's agent and permissions, recorded with its grant (for hosts' hooks).
+    work: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

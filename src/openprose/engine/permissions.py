@@ -210,11 +210,15 @@ class Gate:
 
     # ------------------------------------------------------------------ commands, network
 
+    def vouches(self, command: str) -> bool:
+        """Whether an ``execute:`` pattern names this whole, simple command line."""
+        return _vouched(command, self.permissions.execute or ())
+
     async def command(self, command: str) -> Decision:
         """May this session run ``command`` (in the sandbox)? Asks when the mode is
         ``prompt`` and no grant or earlier "always" answers it."""
         mode = self.permissions.bash or "prompt"
-        if _vouched(command, self.permissions.execute or ()):
+        if self.vouches(command):
             return Decision(True, f"execute: {list(self.permissions.execute or ())}", command)
         if mode == "deny":
             return self._refuse("bash: deny", command, f"run {command!r}")
@@ -392,11 +396,52 @@ def permissions_of(block: Any, value: Callable[[Any], Any]) -> Permissions:
     return Permissions(**found)
 
 
-def brief_fields(permissions: Permissions | None, skills: tuple[str, ...] = ()
+def permissions_for(session: Any, agent: Any, value: Callable[[Any], Any]
+                    ) -> Permissions | None:
+    """A session's permissions: the keys of its own ``permissions:`` block over its agent's
+    (``session`` a Session node, ``agent`` an AgentDef node or ``None``); ``None`` when
+    neither gives a block. ``value`` evaluates a pattern (see :func:`permissions_of`)."""
+    from openprose.language import nodes as n
+
+    found: Permissions | None = None
+    for owner in (agent, session):  # the agent's first, then the session's over it
+        prop = owner.property("permissions") if owner is not None else None
+        if prop is not None and isinstance(prop.value, n.PropertyBlock):
+            found = permissions_of(prop.value, value).over(found)
+    return found
+
+
+def grant_fields(agent: str | None, permissions: Permissions | None, key: str
                  ) -> dict[str, Any]:
-    """The fields a host's brief (``spawn_session``, the guided walk) carries, so a host
-    that enforces permissions (or a model that respects them) knows them."""
-    data: dict[str, Any] = {"permissions": (permissions or Permissions()).to_dict()}
-    if skills:
-        data["skills"] = list(skills)
-    return data
+    """What a session's grant records of its permissions (and its journal key), so a host's
+    hook can look them up from the session token alone (:mod:`openprose.engine.host_hook`)."""
+    return {"agent": agent or "(no agent)", "key": key,
+            "permissions": (permissions or Permissions()).to_dict()}
+
+
+def from_grant(fields: Mapping[str, Any]) -> Permissions:
+    """The permissions :func:`grant_fields` recorded."""
+    data = fields.get("permissions") or {}
+    network = data.get("network")
+    return Permissions(
+        read=tuple(data.get("read") or ()), write=tuple(data.get("write") or ()),
+        execute=tuple(data.get("execute") or ()), bash=data.get("bash") or "prompt",
+        network=tuple(network) if isinstance(network, list) else (network or "prompt"))
+
+
+def brief_permissions(permissions: Permissions | None) -> dict[str, str] | None:
+    """A session's permissions as its brief shows them (what it may do; the host's hook
+    enforces them where the host has one, elsewhere the host's own permission settings do).
+    ``None`` when the program gives no permissions: the documented defaults apply, and the
+    brief stays short."""
+    if permissions is None:
+        return None
+    eff = permissions.to_dict()
+    network = eff["network"] if isinstance(eff["network"], str) else \
+        "only " + " ".join(eff["network"])
+    return {"read": _listed(eff["read"]), "write": _listed(eff["write"]),
+            "bash": eff["bash"], "network": network, "never": ".prose/"}
+
+
+def _listed(patterns: list[str]) -> str:
+    return "nothing" if not patterns else " ".join(patterns)

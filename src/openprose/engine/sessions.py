@@ -22,8 +22,6 @@ class SessionShape:
     backoff: str
     persist: str | None
     skills: tuple[str, ...]
-    #: The ``permissions:`` blocks of the session and of its agent (the session's keys win).
-    permissions: tuple[n.PropertyBlock, ...] = ()
 
 
 def shape(session: n.Session, agents: dict[str, n.AgentDef]) -> SessionShape:
@@ -57,15 +55,7 @@ def shape(session: n.Session, agents: dict[str, n.AgentDef]) -> SessionShape:
         backoff=_word(prop("backoff")) or "none",
         persist=_persist(persist_node.value) if persist_node is not None else None,
         skills=_strings(prop("skills")),
-        permissions=tuple(block for block in (_block(session.property("permissions")),
-                                              _block(agent.property("permissions")
-                                                     if agent is not None else None))
-                          if block is not None),
     )
-
-
-def _block(prop: n.Property | None) -> n.PropertyBlock | None:
-    return prop.value if prop is not None and isinstance(prop.value, n.PropertyBlock) else None
 
 
 def _string(node: n.Node) -> n.String | None:

@@ -48,6 +48,7 @@ class Agent:
     prompt: str | None
     model: str | None
     persist: str | None  # execution | project | user | a path; None: not persistent
+    node: n.AgentDef | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +107,7 @@ def _agent(node: n.AgentDef) -> Agent:
         persist = "execution"
     elif persist == "false":
         persist = None
-    return Agent(node.name, text("prompt"), text("model"), persist)
+    return Agent(node.name, text("prompt"), text("model"), persist, node)
 
 
 def _child(path: str, step: str | int) -> str:

@@ -11,6 +11,12 @@ from mcp_types import CallToolResult, ToolAnnotations
 
 from openprose.engine.briefs import Brief, ContextEntry
 from openprose.engine.journal import SessionSpec
+from openprose.engine.permissions import (
+    Permissions,
+    brief_permissions,
+    grant_fields,
+    permissions_for,
+)
 from openprose.language import nodes as n
 from openprose.mcp_server.briefing import EMBODIED_TOOLS, START, brief_reply
 from openprose.mcp_server.context import ServerContext
@@ -59,9 +65,10 @@ def session_model(statement: Statement, agent: Agent | None) -> str | None:
 
 def session_brief(driven: DrivenRun, statement: Statement, binding: str, prompt: str,
                   context: list[BindingRef], agent: Agent | None,
-                  memory: AgentRef | None) -> Brief:
+                  memory: AgentRef | None, execution_id: int | None = None) -> Brief:
     """The brief of an embodied session: the task the VM wrote, its agent's role and model,
-    the context it may read (names, kinds, sizes) and whether it keeps memory."""
+    the context it may read (names, kinds, sizes), whether it keeps memory, and what it may
+    do (its permissions, when the program gives any)."""
     entries = []
     for ref in context:
         found = driven.resolve(ref.name, ref.execution_id)
@@ -71,7 +78,33 @@ def session_brief(driven: DrivenRun, statement: Statement, binding: str, prompt:
     return Brief(task=prompt.strip(), binding=binding, agent=agent.name if agent else "",
                  role=(agent.prompt or "").strip() if agent else "",
                  model=session_model(statement, agent), context=tuple(entries),
-                 persistent=memory is not None, run=driven.id)
+                 persistent=memory is not None, run=driven.id,
+                 permissions=brief_permissions(statement_permissions(
+                     driven, statement, agent, execution_id)))
+
+
+def statement_permissions(driven: DrivenRun, statement: Statement, agent: Agent | None,
+                          execution_id: int | None) -> Permissions | None:
+    """The permissions of a session statement a host runs: its own block over its agent's;
+    a pattern naming a binding (a const) takes the binding's value, or the const's text
+    before the run has bound it."""
+    def value(item: n.Node) -> str:
+        if isinstance(item, n.Name):
+            found = driven.resolve(item.id, execution_id)
+            return found.value if found is not None else _const_text(driven, item.id)
+        return item.text if isinstance(item, n.String) else ""
+
+    return permissions_for(session_node(statement), agent.node if agent else None, value)
+
+
+def _const_text(driven: DrivenRun, name: str) -> str:
+    """The text of ``const name = "literal"`` in the program."""
+    for statement in driven.outline.statements.values():
+        node = statement.node
+        if isinstance(node, n.Let) and node.kind == "const" and node.target == name and \
+                isinstance(node.value, n.String) and not node.value.interpolations:
+            return node.value.text
+    return name
 
 
 def grant_text(result: SpawnResult) -> str:
@@ -89,7 +122,8 @@ def restored_brief(driven: DrivenRun, pending: Pending, context: list[BindingRef
     definition = driven.outline.agents.get(st.agent) if st.agent else None
     memory = agent_ref(definition) if definition is not None else None
     task = f"Do what this program statement asks (line {st.line}):\n{st.source}"
-    return session_brief(driven, st, pending.ref.name, task, context, definition, memory)
+    return session_brief(driven, st, pending.ref.name, task, context, definition, memory,
+                         pending.ref.execution_id)
 
 
 def confirmation_text(result: WriteResult) -> str:
@@ -302,7 +336,9 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
     input_hash = digest("\n".join([prompt, *(context or ())]))[:16]
     start = SessionStart(key, input_hash, ref, kind, st.source, tuple(refs), memory,
                          {"line": st.line, "statement": st.id,
-                          "binding": [ref.name, ref.execution_id]})
+                          "binding": [ref.name, ref.execution_id]},
+                         grant_fields(st.agent, statement_permissions(driven, st, definition,
+                                                                      eid), key))
     with state_errors("spawn_session", st):
         granted = driven.run.start_sessions([start])[0]
     if isinstance(granted, Exception):
@@ -310,7 +346,7 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
     driven.sequence[(st.id, eid or 0)] = sequence
     driven.pending[key] = Pending(st, ref, key, input_hash, granted.token,
                                   session_brief(driven, st, ref.name, prompt, refs,
-                                                definition, memory),
+                                                definition, memory, eid),
                                   followed[0].token if followed else None)
     result = SpawnResult(session_token=granted.token, binding=ref.name,
                          execution_id=ref.execution_id, agent=st.agent or None, start=START)

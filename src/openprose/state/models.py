@@ -117,6 +117,8 @@ class SessionStart:
     context: tuple[BindingRef, ...] = ()
     agent: AgentRef | None = None
     meta: dict[str, Any] | None = None
+    #: Kept with the grant: the session's agent and permissions (a host's hook reads them).
+    work: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -231,6 +231,11 @@ class StateStore:
         run = self.open_run(run_id)
         return SessionHandle(run, token, grant)
 
+    def token_grant(self, token: str) -> tuple[str, dict[str, Any]] | None:
+        """The run and grant of a session token, read without opening the run (so another
+        process may look while the run's driver writes it); ``None`` when unknown."""
+        return self.grant(_hash(token), fresh=True)
+
     def grant(self, token_hash: str, *, fresh: bool = False) -> tuple[str, dict[str, Any]] | None:
         """The grant behind a token hash: this store's cache first, then storage. ``fresh``
         asks storage whether a live grant has ended since (in another process, say); an
@@ -474,7 +479,8 @@ class Run:
         for start in starts:
             try:
                 prepared.append((start, *self._new_grant(start.binding, start.kind, start.source,
-                                                         start.context, start.agent)))
+                                                         start.context, start.agent,
+                                                         start.work)))
             except StateError as err:
                 prepared.append(err)
         ok = [item for item in prepared if not isinstance(item, StateError)]
@@ -494,8 +500,8 @@ class Run:
                 for item in prepared]
 
     def _new_grant(self, ref: BindingRef, kind: str, source: str,
-                   context: tuple[BindingRef, ...], agent: AgentRef | None
-                   ) -> tuple[str, dict[str, Any]]:
+                   context: tuple[BindingRef, ...], agent: AgentRef | None,
+                   work: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         _check_ref(ref, new=True)
         for item in context:
             _check_ref(item, "context name")
@@ -508,6 +514,8 @@ class Run:
             "context": [[c.name, c.execution_id] for c in context],
             "agent": None if agent is None else [agent.name, agent.scope, agent.path],
         }
+        if work is not None:
+            grant["work"] = work
         with self._lock:
             self._live[ref] = grant["hash"]
             if agent is not None:

@@ -1,0 +1,166 @@
+"""Permissions in a host that runs sessions itself: Claude Code's ``PreToolUse`` hook.
+
+In Claude Code a session of a guided or embodied run is a subagent using the host's own work
+tools (Read, Write, Edit, Bash, WebFetch …). The plugin's hook hands every tool call to
+:func:`decide`: a call made inside a subagent names it (``agent_id``); the subagent's
+transcript sits beside the main one, and its first message is what the main agent gave it —
+the session's brief or handle, which holds the session token. The token leads to the
+session's grant, which recorded its agent and permissions when the session started; the
+call is decided by :mod:`openprose.engine.permissions` like an engine session's, and
+recorded in the run's journal. Calls outside OpenProse sessions are left to the host.
+
+A refusal becomes the subagent's error result; ``bash: prompt`` and ``network: prompt``
+leave the call to the host's own permission prompt (``ask``); an allowed call is left to the
+host's settings too (the hook never widens them). Commands are not confined by our sandbox
+here: the host's own sandbox settings are what confine an allowed command.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from openprose.engine.permissions import Decision, Gate, Policy, from_grant
+from openprose.engine.work_tools import ToolRecord
+
+TOKEN = re.compile(r"\bses_[A-Za-z0-9_-]{20,}")
+#: Claude Code's tools, by what they do: (argument naming the path, writes?, searches?).
+PATH_TOOLS = {"Read": ("file_path", False, False), "Write": ("file_path", True, False),
+              "Edit": ("file_path", True, False), "MultiEdit": ("file_path", True, False),
+              "NotebookEdit": ("notebook_path", True, False),
+              "NotebookRead": ("notebook_path", False, False),
+              "Glob": ("path", False, True), "Grep": ("path", False, True),
+              "LS": ("path", False, True)}
+WEB_TOOLS = ("WebFetch", "WebSearch")
+
+
+def decide(payload: dict[str, Any], backends: tuple[str, ...] = ("filesystem", "sqlite")
+           ) -> dict[str, Any] | None:
+    """The hook's answer to one ``PreToolUse`` event: a decision to print, or ``None`` to
+    leave the call to the host."""
+    started = time.monotonic()
+    tool, args = payload.get("tool_name"), payload.get("tool_input")
+    if not payload.get("agent_id") or not isinstance(args, dict):
+        return None
+    if tool not in PATH_TOOLS and tool != "Bash" and tool not in WEB_TOOLS:
+        return None
+    token = session_token(payload)
+    if token is None:
+        return None
+    project = Path(str(payload.get("cwd") or "."))
+    found = _grant(project, token, backends)
+    if found is None:
+        return None
+    store, run_id, grant = found
+    try:
+        work = grant.get("work") or {}
+        gate = Policy(project).gate(work.get("agent"), from_grant(work))
+        decision, subject, verdict = _check(gate, str(tool), args)
+        store.backend.append_journal(run_id, _entry(
+            str(work.get("key") or grant.get("name")), str(tool), subject, decision, gate,
+            started), durable=True)
+    finally:
+        store.close()
+    if verdict is None:
+        return None
+    reason = decision.message or f"{decision.rule}: the host asks"
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                                   "permissionDecision": verdict,
+                                   "permissionDecisionReason": reason}}
+
+
+def session_token(payload: dict[str, Any]) -> str | None:
+    """The session token in the first message of the calling subagent's transcript."""
+    transcript = payload.get("transcript_path")
+    if not transcript:
+        return None
+    own = Path(str(transcript)).with_suffix("") / "subagents" / \
+        f"agent-{payload['agent_id']}.jsonl"
+    try:
+        with open(own, encoding="utf-8") as handle:
+            first = json.loads(handle.readline())
+    except (OSError, ValueError):
+        return None
+    found = TOKEN.search(_text(first.get("message", {}).get("content")))
+    return found.group(0) if found else None
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(_text(part.get("text") if isinstance(part, dict) else part)
+                         for part in content)
+    return ""
+
+
+def _grant(project: Path, token: str, backends: tuple[str, ...]) -> Any:
+    from openprose import state
+
+    for backend in backends:
+        if backend == "sqlite" and not any((project / ".prose" / "runs").glob("*/state.db")):
+            continue
+        try:
+            store = state.open_store(project, backend)
+        except state.StateError:
+            continue
+        found = store.token_grant(token)
+        if found is not None and found[1].get("alive"):
+            return store, found[0], found[1]
+        store.close()
+    return None
+
+
+def _check(gate: Gate, tool: str, args: dict[str, Any]
+           ) -> tuple[Decision, str, str | None]:
+    """(decision, subject, verdict): verdict "deny", "ask" or ``None`` (the host decides)."""
+    if tool in PATH_TOOLS:
+        key, write, search = PATH_TOOLS[tool]
+        subject = str(args.get(key) or gate.project)
+        decision, _ = gate.path(subject, write=write, listing=search)
+        return decision, subject, None if decision.allowed else "deny"
+    if tool == "Bash":
+        command = str(args.get("command") or "")
+        mode = gate.permissions.bash
+        if mode == "prompt" and not gate.vouches(command):
+            return Decision(True, "bash: prompt, left to the host's prompt", command), \
+                command, "ask"
+        decision = _sync(gate.command(command))
+        return decision, command, None if decision.allowed else "deny"
+    subject = str(args.get("url") or args.get("query") or "")
+    mode = gate.permissions.network
+    if mode == "prompt":
+        return Decision(True, "network: prompt, left to the host's prompt", subject), \
+            subject, "ask"
+    decision = _sync(gate.network(ask=False))
+    hosts = gate.domains()
+    if decision.allowed and hosts is not None and (tool != "WebFetch" or not any(
+            _host_of(subject) == h or _host_of(subject).endswith("." + h) for h in hosts)):
+        decision = Decision(False, f"network: {list(gate.permissions.network or ())}", subject,
+                            f"refused: agent '{gate.agent}' may not reach {subject!r} "
+                            f"(network: {list(gate.permissions.network or ())})")
+    return decision, subject, None if decision.allowed else "deny"
+
+
+def _host_of(url: str) -> str:
+    text = url.split("://", 1)[-1]
+    return text.split("/", 1)[0].split("@")[-1].split(":")[0].lower()
+
+
+def _sync(awaitable: Any) -> Decision:
+    import asyncio
+
+    return asyncio.run(awaitable)
+
+
+def _entry(key: str, tool: str, subject: str, decision: Decision, gate: Gate,
+           started: float) -> Any:
+    from openprose.state.models import JournalEntry
+
+    record = ToolRecord(tool, subject, decision.allowed, decision.rule, gate.agent,
+                        duration_s=round(time.monotonic() - started, 3))
+    return JournalEntry(key, "tool", status="allowed" if decision.allowed else "refused",
+                        meta={**record.to_meta(), "host": "claude-code", "at": time.time()})

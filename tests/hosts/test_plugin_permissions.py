@@ -1,0 +1,158 @@
+"""The plugin's PreToolUse hook in the real Claude Code: a session subagent whose agent may
+not write src/ (nor run commands) has its Write, Edit and Bash on src/ refused — its model
+gets the refusal as an error result — and every call is recorded in the run's journal; what
+the agent may do goes through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.hosts.claude_code import PLUGIN_DIR, run_claude
+from tests.hosts.fake_messages import FakeMessagesAPI, Reply, text, tool_use
+from tests.hosts.host_model import calls, first_user_text
+
+from openprose.engine.permissions import Permissions, grant_fields
+from openprose.state import BindingRef, SessionStart, open_store
+
+PROGRAM = '''\
+agent reviewer:
+  prompt: "You review code."
+  permissions:
+    write: ["docs/**"]
+    bash: deny
+
+let review = session: reviewer
+  prompt: "Review src/app.py"
+'''
+
+
+def _session(project: Path) -> tuple[str, str]:
+    """A run of PROGRAM with its session started as spawn_session starts it: (run, token)."""
+    permissions = Permissions(write=("docs/**",), bash="deny")
+    with open_store(project, "filesystem") as store:
+        run = store.create_run(PROGRAM, "review.prose")
+        [grant] = run.start_sessions([SessionStart(
+            "1", "h", BindingRef("review"), "let", "let review = session: reviewer",
+            work=grant_fields("reviewer", permissions, "1"))])
+        return run.id, grant.token
+
+
+class Host:
+    """The main agent hands the brief to a subagent; the subagent tries its calls."""
+
+    def __init__(self, project: Path, brief: str) -> None:
+        self.brief = brief
+        src, docs = project / "src", project / "docs"
+        self.steps = [
+            tool_use("Read", {"file_path": str(src / "app.py")}),
+            tool_use("Write", {"file_path": str(src / "evil.py"), "content": "pwned\n"}),
+            tool_use("Edit", {"file_path": str(src / "app.py"), "old_string": "a - b",
+                              "new_string": "0"}),
+            tool_use("Bash", {"command": f"echo pwned > {src / 'y.py'}",
+                              "description": "write into src"}),
+            tool_use("Write", {"file_path": str(docs / "review.md"), "content": "# Review\n"}),
+        ]
+        self.bodies: list[dict] = []
+
+    def __call__(self, body: dict) -> Reply:
+        self.bodies.append(body)
+        done = sum(1 for m in body["messages"] if m["role"] == "user"
+                   and isinstance(m["content"], list)
+                   and any(b.get("type") == "tool_result" for b in m["content"]))
+        if "token: ses_" in first_user_text(body):  # the session's subagent
+            if done < len(self.steps):
+                return Reply([self.steps[done]])
+            return Reply([text("Review written to docs/review.md.")])
+        if not body.get("tools"):  # a side request (a title, a summary): plain text
+            return Reply([text("ok")])
+        if done == 0:
+            return Reply([tool_use("Agent", {"description": "OpenProse session",
+                                             "prompt": self.brief,
+                                             "subagent_type": "general-purpose",
+                                             "run_in_background": False})])
+        return Reply([text("The session finished.")])
+
+
+def test_the_hook_refuses_what_the_sessions_agent_may_not_do(tmp_path):
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "docs").mkdir()
+    (project / "src" / "app.py").write_text("def add(a, b):\n    return a - b\n")
+    run_id, token = _session(project)
+    brief = ("OpenProse session producing 'review'. Act as the agent 'reviewer'.\nTask:\n"
+             "Review src/app.py\nPermissions: read **; write docs/**; shell deny; network "
+             f"prompt; never .prose/.\ntoken: {token}")
+    host = Host(project, brief)
+    with FakeMessagesAPI(host) as api:
+        result = run_claude(["-p", "Review the code with a subagent", "--plugin-dir",
+                             str(PLUGIN_DIR), "--allowedTools", "Agent,Read,Write,Edit,Bash"],
+                            tmp_path / "home", project, api.url, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert api.errors == []
+
+    assert not (project / "src" / "evil.py").exists()
+    assert not (project / "src" / "y.py").exists()
+    assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
+    assert (project / "docs" / "review.md").read_text() == "# Review\n"
+
+    subagent = [b for b in host.bodies if "token: ses_" in first_user_text(b)][-1]
+    results = {c.name: c.result for c in calls(subagent)}
+    for name in ("Edit", "Bash"):
+        assert "refused: agent 'reviewer' may not" in (results[name] or ""), results[name]
+
+    with open_store(project, "filesystem") as store:
+        records = store.open_run(run_id).tool_calls()
+    got = [(r.key, r.meta["tool"], Path(r.meta["subject"]).name if r.meta["tool"] != "Bash"
+            else "bash", r.meta["allowed"], r.meta["rule"]) for r in records]
+    assert got == [
+        ("1", "Read", "app.py", True, "read: [**]"),
+        ("1", "Write", "evil.py", False, "write: [docs/**]"),
+        ("1", "Edit", "app.py", False, "write: [docs/**]"),
+        ("1", "Bash", "bash", False, "bash: deny"),
+        ("1", "Write", "review.md", True, "write: [docs/**]")]
+    assert all(r.meta["agent"] == "reviewer" and r.meta["host"] == "claude-code"
+               for r in records)
+
+
+def test_the_hooks_decisions_for_each_kind_of_call(tmp_path):
+    """decide() on events shaped as Claude Code sends them: the subagent's transcript names
+    the session; prompt is left to the host (ask), refusals are denied, other calls and the
+    main agent's are not ours to decide."""
+    import json
+
+    from openprose.engine.host_hook import decide
+
+    project = tmp_path / "p"
+    project.mkdir()
+    with open_store(project, "filesystem") as store:
+        run = store.create_run(PROGRAM, "review.prose")
+        [grant] = run.start_sessions([SessionStart(
+            "1", "h", BindingRef("review"), "let", "s", work=grant_fields(
+                "reviewer", Permissions(bash="prompt", network=("docs.example.com",)), "1"))])
+    main = tmp_path / "t" / "main.jsonl"
+    (main.with_suffix("") / "subagents").mkdir(parents=True)
+    (main.with_suffix("") / "subagents" / "agent-a1.jsonl").write_text(json.dumps(
+        {"message": {"role": "user", "content": [{"type": "text",
+                                                  "text": f"brief\ntoken: {grant.token}"}]}})
+        + "\n")
+
+    def verdict(tool, args, agent="a1"):
+        answer = decide({"agent_id": agent, "transcript_path": str(main), "cwd": str(project),
+                         "tool_name": tool, "tool_input": args})
+        return answer and answer["hookSpecificOutput"]["permissionDecision"]
+
+    assert verdict("Bash", {"command": "make"}) == "ask"
+    assert verdict("Write", {"file_path": str(project / ".prose" / "x")}) == "deny"
+    assert verdict("Read", {"file_path": str(tmp_path / "elsewhere")}) == "deny"
+    assert verdict("Write", {"file_path": str(project / "a.txt"), "content": "x"}) is None
+    assert verdict("WebFetch", {"url": "https://docs.example.com/a", "prompt": "p"}) is None
+    assert verdict("WebFetch", {"url": "https://evil.example.net/", "prompt": "p"}) == "deny"
+    assert verdict("WebSearch", {"query": "q"}) == "deny"
+    assert verdict("TodoWrite", {"todos": []}) is None
+    assert decide({"tool_name": "Write", "tool_input": {"file_path": "/etc/x"},
+                   "cwd": str(project)}) is None  # the main agent: the host's own business
+    with open_store(project, "filesystem") as store:
+        kinds = [(r.meta["tool"], r.status) for r in store.open_run(run.id).tool_calls()]
+    assert kinds == [("Bash", "allowed"), ("Write", "refused"), ("Read", "refused"),
+                     ("Write", "allowed"), ("WebFetch", "allowed"), ("WebFetch", "refused"),
+                     ("WebSearch", "refused")]

@@ -1,0 +1,80 @@
+"""Host-driven sessions carry their permissions: an embodied spawn_session's brief names them
+(a session's own block over its agent's, consts resolved) and its grant records them for a
+host's hook; a guided session's brief names them too. Without a permissions block the brief
+has no such line (the documented defaults apply)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from openprose.engine import runner
+from openprose.engine.interpreter import Options
+from openprose.language import compile_or_raise
+from openprose.mcp_server.guided import HostProvider
+from openprose.mcp_server.server import create_server
+from openprose.state import open_store
+
+PROGRAM = """\
+const DOCS = "docs/**"
+agent writer:
+  prompt: "You write docs."
+  permissions:
+    write: [DOCS]
+    bash: deny
+let plain = session "Say hi"
+let docs = session: writer
+  prompt: "Write the docs"
+  permissions:
+    network: ["https://example.com/spec"]
+"""
+LINE = ("Permissions: read **; write docs/**; shell deny; network only "
+        "https://example.com/spec; never .prose/.")
+
+
+@pytest.mark.anyio
+async def test_spawn_session_brief_and_grant_carry_the_permissions(tmp_path: Path) -> None:
+    async with Client(create_server(tmp_path, watch=False), mode="legacy") as client:
+        started = await client.call_tool("start_run", {"program": PROGRAM})
+        vm = started.structured_content["vm_token"]
+        ids = {item["binds"]: item["id"] for item in started.structured_content["outline"]}
+        plain = await client.call_tool("spawn_session", {
+            "vm_token": vm, "statement": ids["plain"], "prompt": "Say hi"})
+        docs = await client.call_tool("spawn_session", {
+            "vm_token": vm, "statement": ids["docs"], "prompt": "Write the docs"})
+    assert "Permissions:" not in plain.structured_content["brief"]
+    assert LINE in docs.structured_content["brief"].splitlines()
+    with open_store(tmp_path, "filesystem") as store:
+        run_id = started.structured_content["run_id"]
+        _, grant = store.token_grant(docs.structured_content["session_token"])
+        assert store.token_grant(plain.structured_content["session_token"])[1]["work"] == {
+            "agent": "(no agent)", "key": grant["work"]["key"].replace(ids["docs"], ids["plain"]),
+            "permissions": {"read": ["**"], "write": ["**"], "execute": [], "bash": "prompt",
+                            "network": "prompt", "never": [".prose/"]}}
+    assert grant["work"]["agent"] == "writer" and run_id
+    assert grant["work"]["permissions"]["write"] == ["docs/**"]
+    assert grant["work"]["permissions"]["network"] == ["https://example.com/spec"]
+
+
+def test_a_guided_sessions_brief_names_its_permissions(tmp_path: Path) -> None:
+    provider = HostProvider()
+    program = compile_or_raise(PROGRAM, "p.prose")
+    job = runner.Job(source=PROGRAM, file="p.prose", program=program, project_root=tmp_path,
+                     options=Options())
+
+    async def drive() -> list[str]:
+        task = asyncio.create_task(runner.execute(job, provider, provider.observe))
+        briefs = []
+        while len(briefs) < 2:
+            for item in await provider.wait_for_items(5):
+                briefs.append(item.brief)
+                await provider.complete_session(item.token, "done")
+        await task
+        return briefs
+
+    plain, docs = asyncio.run(drive())
+    assert "Permissions:" not in plain
+    assert LINE in docs.splitlines()
