@@ -156,3 +156,49 @@ def test_the_hooks_decisions_for_each_kind_of_call(tmp_path):
     assert kinds == [("Bash", "allowed"), ("Write", "refused"), ("Read", "refused"),
                      ("Write", "allowed"), ("WebFetch", "allowed"), ("WebFetch", "refused"),
                      ("WebSearch", "refused")]
+
+
+def test_a_guided_sessions_item_token_leads_the_hook_to_its_permissions(tmp_path):
+    """In a guided run the subagent knows its session by the run's item token (gs_…): the
+    engine notes it with the session's grant, so the hook finds the permissions too."""
+    import asyncio
+    import json
+
+    from openprose.engine import runner
+    from openprose.engine.host_hook import decide
+    from openprose.engine.interpreter import Options
+    from openprose.language import compile_or_raise
+    from openprose.mcp_server.guided import HostProvider
+
+    project = tmp_path / "p"
+    (project / "src").mkdir(parents=True)
+    main = tmp_path / "t" / "main.jsonl"
+    (main.with_suffix("") / "subagents").mkdir(parents=True)
+    provider = HostProvider()
+    job = runner.Job(source=PROGRAM, file="review.prose", project_root=project,
+                     program=compile_or_raise(PROGRAM, "review.prose"), options=Options())
+    answers = []
+
+    async def drive():
+        task = asyncio.create_task(runner.execute(job, provider, provider.observe))
+        [item] = await provider.wait_for_items(30)
+        (main.with_suffix("") / "subagents" / "agent-g1.jsonl").write_text(json.dumps(
+            {"message": {"role": "user", "content": f"Run session token {item.token}"}}) + "\n")
+        for tool, args in (("Write", {"file_path": str(project / "src" / "x.py")}),
+                           ("Bash", {"command": "ls"}),
+                           ("Write", {"file_path": str(project / "docs" / "a.md")})):
+            answer = await asyncio.to_thread(decide, {
+                "agent_id": "g1", "transcript_path": str(main), "cwd": str(project),
+                "tool_name": tool, "tool_input": args})
+            answers.append(answer and answer["hookSpecificOutput"]["permissionDecision"])
+        await provider.complete_session(item.token, "reviewed")
+        return await task
+
+    outcome = asyncio.run(drive())
+    assert outcome.status == "completed"
+    assert answers == ["deny", "deny", None]
+    with open_store(project, "filesystem") as store:
+        records = store.open_run(outcome.run_id).tool_calls()
+    assert [(r.meta["tool"], r.meta["agent"], r.status) for r in records] == [
+        ("Write", "reviewer", "refused"), ("Bash", "reviewer", "refused"),
+        ("Write", "reviewer", "allowed")]

@@ -31,8 +31,10 @@ let docs = session: writer
   permissions:
     network: ["https://example.com/spec"]
 """
-LINE = ("Permissions: read **; write docs/**; shell deny; network only "
-        "https://example.com/spec; never .prose/.")
+PERMISSIONS = {"read": "**", "write": "docs/**", "bash": "deny",
+               "network": "only https://example.com/spec", "never": ".prose/"}
+LINE = ("Permissions: read: **; write: docs/**; bash: deny; network: only "
+        "https://example.com/spec; never: .prose/")
 
 
 @pytest.mark.anyio
@@ -43,10 +45,18 @@ async def test_spawn_session_brief_and_grant_carry_the_permissions(tmp_path: Pat
         ids = {item["binds"]: item["id"] for item in started.structured_content["outline"]}
         plain = await client.call_tool("spawn_session", {
             "vm_token": vm, "statement": ids["plain"], "prompt": "Say hi"})
+        plain_brief = await client.call_tool("get_brief", {
+            "token": plain.structured_content["session_token"]})
+        await client.call_tool("write_binding", {
+            "token": plain.structured_content["session_token"], "value": "hi"})
         docs = await client.call_tool("spawn_session", {
             "vm_token": vm, "statement": ids["docs"], "prompt": "Write the docs"})
-    assert "Permissions:" not in plain.structured_content["brief"]
-    assert LINE in docs.structured_content["brief"].splitlines()
+        docs_brief = await client.call_tool("get_brief", {
+            "token": docs.structured_content["session_token"]})
+    assert "permissions" not in plain_brief.structured_content
+    assert "Permissions:" not in plain_brief.content[0].text
+    assert docs_brief.structured_content["permissions"] == PERMISSIONS
+    assert LINE in docs_brief.content[0].text.splitlines()
     with open_store(tmp_path, "filesystem") as store:
         run_id = started.structured_content["run_id"]
         _, grant = store.token_grant(docs.structured_content["session_token"])
@@ -76,5 +86,5 @@ def test_a_guided_sessions_brief_names_its_permissions(tmp_path: Path) -> None:
         return briefs
 
     plain, docs = asyncio.run(drive())
-    assert "Permissions:" not in plain
-    assert LINE in docs.splitlines()
+    assert plain.permissions is None
+    assert docs.permissions == PERMISSIONS

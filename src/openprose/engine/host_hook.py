@@ -26,7 +26,9 @@ from typing import Any
 from openprose.engine.permissions import Decision, Gate, Policy, from_grant
 from openprose.engine.work_tools import ToolRecord
 
-TOKEN = re.compile(r"\bses_[A-Za-z0-9_-]{20,}")
+#: A session token as a subagent's first message carries it: the state's (embodied runs)
+#: or the guided run's item token.
+TOKEN = re.compile(r"\b(?:ses|gs)_[A-Za-z0-9_-]{12,}")
 #: Claude Code's tools, by what they do: (argument naming the path, writes?, searches?).
 PATH_TOOLS = {"Read": ("file_path", False, False), "Write": ("file_path", True, False),
               "Edit": ("file_path", True, False), "MultiEdit": ("file_path", True, False),
@@ -107,7 +109,8 @@ def _grant(project: Path, token: str, backends: tuple[str, ...]) -> Any:
             store = state.open_store(project, backend)
         except state.StateError:
             continue
-        found = store.token_grant(token)
+        found = store.host_grant(token) if token.startswith("gs_") else \
+            store.token_grant(token)
         if found is not None and found[1].get("alive"):
             return store, found[0], found[1]
         store.close()

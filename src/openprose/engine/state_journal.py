@@ -74,6 +74,11 @@ class _IO:
     def write_memory(self, text: str) -> None:
         self.handle.write_memory(text)
 
+    def tag(self, host_token: str) -> None:
+        """The host knows this session by ``host_token``: note it with the grant (for the
+        host's permission hook)."""
+        self.handle.run.tag_grant(self.handle.token, host_token)
+
 
 class _OpenSession:
     def __init__(self, journal: StateJournal, spec: SessionSpec, grant: state.SessionGrant,

@@ -154,6 +154,9 @@ class HostProvider(Provider):
 
     async def run_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:
         token = SESSION_PREFIX + secrets.token_urlsafe(12)
+        tag = getattr(io, "tag", None)  # the run's state notes it for the host's hook,
+        if tag is not None:             # before the host can hand it to a subagent
+            tag(token)
         item = SessionItem(token, request, io, brief_of(request, self.run_label),
                            asyncio.get_running_loop().create_future())
         return await self._wait(item)

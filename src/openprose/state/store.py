@@ -236,6 +236,18 @@ class StateStore:
         process may look while the run's driver writes it); ``None`` when unknown."""
         return self.grant(_hash(token), fresh=True)
 
+    def host_grant(self, host_token: str) -> tuple[str, dict[str, Any]] | None:
+        """The live grant a host's own session token (a guided run's) was tagged with
+        (:meth:`Run.tag_grant`), searched in the running runs without opening them."""
+        wanted = _hash(host_token)
+        for record in self.backend.list_runs():
+            if record.status != "running":
+                continue
+            for grant in self.backend.list_capabilities(record.id):
+                if grant.get("alive") and (grant.get("work") or {}).get("host_token") == wanted:
+                    return record.id, grant
+        return None
+
     def grant(self, token_hash: str, *, fresh: bool = False) -> tuple[str, dict[str, Any]] | None:
         """The grant behind a token hash: this store's cache first, then storage. ``fresh``
         asks storage whether a live grant has ended since (in another process, say); an
@@ -522,6 +534,17 @@ class Run:
                 self._agents[agent] = None
         self.store.remember_grant(self.id, grant)
         return token, grant
+
+    def tag_grant(self, token: str, host_token: str) -> None:
+        """Record with a live session's grant the token a host knows it by (a guided run's
+        item token), hashed, so the host's hook can find the session's permissions."""
+        found = self.store.grant(_hash(token))
+        if found is None or found[0] != self.id or not found[1].get("alive"):
+            return
+        grant = dict(found[1], work={**(found[1].get("work") or {}),
+                                     "host_token": _hash(host_token)})
+        self.backend.put_capability(self.id, grant)
+        self.store.remember_grant(self.id, grant)
 
     def _set_alive(self, grant: dict[str, Any], alive: bool) -> None:
         """Undo a grant or an end that storage never received."""
