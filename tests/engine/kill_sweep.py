@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -152,6 +153,7 @@ class Result:
     seconds: float
     kills: int = 0
     tracebacks: list[str] = field(default_factory=list)
+    last: dict | None = None  # the call log's record of the last session started
 
 
 @dataclass
@@ -181,10 +183,17 @@ class TooLong(Exception):
 class Project:
     """One directory holding a program, its script and the `.prose/` state of its runs."""
 
-    def __init__(self, root: Path, program: Program, backend: str) -> None:
+    def __init__(self, root: Path, program: Program, backend: str,
+                 hold: dict | None = None) -> None:
         self.root, self.program, self.backend = root, program, backend
         root.mkdir(parents=True, exist_ok=True)
-        (root / "s.json").write_text(json.dumps({**program.script, "call_log": "calls.jsonl"}))
+        script = {**program.script, "call_log": "calls.jsonl"}
+        (root / "s.json").write_text(json.dumps(script))
+        if hold is not None:  # the session ``hold`` records never answers: killed waiting
+            rule = {"match": f"^{re.escape(hold['text'])}(\n|$)", "output": "held",
+                    "latency": 3600}
+            held = {**script, "sessions": [rule, *script.get("sessions", [])]}
+            (root / "hold.json").write_text(json.dumps(held))
         if program.file is None:
             (root / "p.prose").write_text(program.source)
         self.hops = 0
@@ -193,13 +202,13 @@ class Project:
     def file(self) -> str:
         return str(self.program.file) if self.program.file else "p.prose"
 
-    def start(self, run_id: str | None) -> subprocess.Popen[str]:
+    def start(self, run_id: str | None, script: str = "s.json") -> subprocess.Popen[str]:
         if run_id is None:
             args = ["run", self.file, *(f"--input={k}={v}"
                                         for k, v in self.program.inputs.items())]
         else:
             args = ["resume", run_id]
-        args += ["--state", self.backend, "--provider", "scripted", "--script", "s.json",
+        args += ["--state", self.backend, "--provider", "scripted", "--script", script,
                  "--json"]
         self.hops += 1
         with open(self.root / f"err{self.hops}.txt", "w") as err:
@@ -213,6 +222,12 @@ class Project:
         err = self.root / f"err{self.hops}.txt"
         while proc.poll() is None and " started" not in err.read_text():
             time.sleep(0.005)
+
+    def holding(self, hold: dict | None, seen: int) -> bool:
+        """Whether the held session has started since the call log had ``seen`` records."""
+        return hold is not None and any(
+            c["kind"] == "session" and c["phase"] == "start" and c["key"] == hold["key"]
+            for c in calls(self.root / "calls.jsonl")[seen:])
 
     def run_id(self) -> str | None:
         for hop in range(1, self.hops + 1):
@@ -278,13 +293,7 @@ def reran(log: Path) -> int:
     """Sessions started again after their result was committed."""
     committed: set[str] = set()
     again = 0
-    if not log.exists():
-        return 0
-    for line in log.read_text().splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:  # a line the kill cut short
-            continue
+    for entry in calls(log):
         if entry["kind"] != "session":
             continue
         if entry["phase"] == "committed":
@@ -307,29 +316,49 @@ def reference(root: Path, program: Program, backend: str, limit: float = 300) ->
         proc.kill()
         proc.communicate()
         raise TooLong(f"uninterrupted run longer than {limit:.0f} s") from None
-    return project.result(proc, time.monotonic() - began, 0)
+    result = project.result(proc, time.monotonic() - began, 0)
+    starts = [c for c in calls(project.root / "calls.jsonl")
+              if c["kind"] == "session" and c["phase"] == "start"]
+    result.last = starts[-1] if starts else None
+    return result
+
+
+def calls(log: Path) -> list[dict]:
+    """The call log's records (a line a kill cut short is left out)."""
+    found = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found
 
 
 def trial(root: Path, program: Program, backend: str, rng: random.Random, span: float,
-          max_kills: int) -> Result:
+          max_kills: int, hold: dict | None = None) -> Result:
     """Run ``program`` to its end, SIGKILLing it up to ``max_kills`` times at moments drawn
     from the first ``span`` seconds after each process opened the run, resuming after each
-    kill."""
-    project = Project(root, program, backend)
+    kill. With ``hold`` (the call log record of the run's last session), every drive to be
+    killed waits forever in that session, and is killed when it starts if its moment has
+    not come: each drive is then killed, however fast the machine."""
+    project = Project(root, program, backend, hold)
+    script = "s.json" if hold is None else "hold.json"
     began = time.monotonic()
     kills = 0
-    proc = project.start(None)
+    proc = project.start(None, script if max_kills else "s.json")
     while kills < max_kills:
         project.wait_started(proc)
+        seen = len(calls(project.root / "calls.jsonl"))
         deadline = time.monotonic() + rng.uniform(0.0, span)
-        while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.005)
+        while time.monotonic() < deadline and proc.poll() is None and \
+                not project.holding(hold, seen):
+            time.sleep(0.005)  # the kill's moment, drawn at random, is the point of the sweep
         if proc.poll() is not None:
             break
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         kills += 1
-        proc = project.start(project.run_id())
+        proc = project.start(project.run_id(), script if kills < max_kills else "s.json")
     # a resume replays what the killed drives recorded: far more than one run's time is a hang
     return project.result(proc, time.monotonic() - began, kills, timeout=60 + 10 * span)
 
@@ -363,13 +392,16 @@ def differences(expected: Result, got: Result, optional: set[str]) -> list[str]:
 
 def sweep(programs: list[Program], backends: list[str], trials: int, workdir: Path, *,
           seed: str = "sweep", max_kills: int = 3, reach: float = 1.1, limit: float = 300,
-          report: Callable[[str, str, Tally], None] | None = None) -> Tally:
+          report: Callable[[str, str, Tally], None] | None = None,
+          hold_last: bool = False) -> Tally:
     """Each program on each backend: one uninterrupted run, then ``trials`` killed ones, each
     kill at a moment drawn from the first ``reach`` × the uninterrupted run's duration. A
-    program whose uninterrupted run takes over ``limit`` seconds is skipped (counted)."""
+    program whose uninterrupted run takes over ``limit`` seconds is skipped (counted). With
+    ``hold_last``, each drive to be killed waits in the run's last session, so every trial
+    has ``max_kills`` kills (for programs whose last session races no other)."""
     try:
         return _sweep(programs, backends, trials, workdir, seed, max_kills, reach, limit,
-                      report)
+                      report, hold_last)
     finally:
         if "postgres" in backends and PG_URL:
             _drop_schema()
@@ -377,7 +409,7 @@ def sweep(programs: list[Program], backends: list[str], trials: int, workdir: Pa
 
 def _sweep(programs: list[Program], backends: list[str], trials: int, workdir: Path,
            seed: str, max_kills: int, reach: float, limit: float,
-           report: Callable[[str, str, Tally], None] | None) -> Tally:
+           report: Callable[[str, str, Tally], None] | None, hold_last: bool) -> Tally:
     total = Tally()
     for backend in backends:
         for program in programs:
@@ -404,7 +436,8 @@ def _sweep(programs: list[Program], backends: list[str], trials: int, workdir: P
                 tally.notes.append(f"{backend} {program.name} uninterrupted run: traceback")
             for number in range(trials):
                 got = trial(base / f"trial{number}", program, backend, rng,
-                            expected.seconds * reach, max_kills)
+                            expected.seconds * reach, max_kills,
+                            expected.last if hold_last else None)
                 tally.trials += 1
                 tally.kills += got.kills
                 tally.reran += got.reran

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -46,20 +47,21 @@ def test_a_failed_item_fails_alone_and_a_failed_write_fails_its_batch():
 
 def test_result_of_a_cancelled_waiter_goes_to_orphan():
     orphans: list[int] = []
+    writing, cancelled = threading.Event(), threading.Event()
 
     def write(items: list[int]) -> list[int | Exception]:
-        import time
-
-        time.sleep(0.05)
+        writing.set()
+        assert cancelled.wait(60)  # the write outlasts its waiter, whatever the speed
         return items
 
     async def main() -> None:
         batcher = Batcher(write, orphans.append)
         waiter = asyncio.create_task(batcher.submit(7))
-        await asyncio.sleep(0.01)
+        assert await asyncio.to_thread(writing.wait, 60)
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
+        cancelled.set()
         await batcher.settle()
 
     asyncio.run(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -103,33 +104,54 @@ def test_a_reused_sessions_value_is_what_every_reader_sees(tmp_path, backend):
     assert _value(root, backend, run_id, "x") == "fast result"
 
 
-def _slow_commits(monkeypatch, before: float = 0.0, after: float = 0.0):
-    """A disk that takes its time: each commit waits ``before`` writing and ``after``
-    returning (the write already durable). Returns the undo."""
-    original = Run.complete_sessions
+class _BreaksOnceSteadyIsWritten(ScriptedProvider):
+    """"Steady" answers once "Breaks" has started; "Breaks" fails once the commit of
+    "Steady" is on disk: the same order whatever the speed."""
 
-    def slow(self, completions):
-        time.sleep(before)
-        result = original(self, completions)
-        time.sleep(after)
-        return result
+    def __init__(self, script, written: threading.Event, failed: threading.Event):
+        super().__init__(script)
+        self.written, self.failed = written, failed
+        self.breaking = threading.Event()
 
-    monkeypatch.setattr(Run, "complete_sessions", slow)
-    return lambda: monkeypatch.setattr(Run, "complete_sessions", original)
+    async def run_session(self, request, io):
+        if "Steady" in request.prompt:
+            assert await asyncio.to_thread(self.breaking.wait, 60)
+        if "Breaks" in request.prompt:
+            self.breaking.set()
+            assert await asyncio.to_thread(self.written.wait, 60)
+            try:
+                return await super().run_session(request, io)
+            finally:
+                self.failed.set()
+        return await super().run_session(request, io)
 
 
 def test_a_commit_landing_after_a_fail_fast_cancel_is_not_run_again(tmp_path, backend,
                                                                      monkeypatch):
     program = ('parallel:\n  a = session "Steady"\n  b = session "Breaks"\n'
                'output o = session "After"\n  context: { a, b }\n')
-    steady = {"match": "Steady", "output": "steady", "latency": 0.01}
-    undo = _slow_commits(monkeypatch, after=0.5)  # the cancel comes while the commit returns
-    first = ScriptedProvider({"sessions": [steady, {"match": "Breaks", "latency": 0.15}]})
-    failed = _run(tmp_path, program, first, backend)
-    assert failed.status == "failed"
-    undo()
+    steady = {"match": "Steady", "output": "steady"}
+    written, failed = threading.Event(), threading.Event()
+    original = Run.complete_sessions
+
+    def slow(self, completions):
+        """A disk that takes its time to return a commit already durable: the fail-fast
+        cancel comes while it returns (unless the machine is slower than half a second
+        to deliver it; then nothing races, and the outcome is the same)."""
+        result = original(self, completions)
+        written.set()
+        assert failed.wait(60)
+        time.sleep(0.5)
+        return result
+
+    monkeypatch.setattr(Run, "complete_sessions", slow)
+    first = _BreaksOnceSteadyIsWritten({"sessions": [steady, {"match": "Breaks"}]}, written,
+                                       failed)
+    failed_run = _run(tmp_path, program, first, backend)
+    assert failed_run.status == "failed"
+    monkeypatch.setattr(Run, "complete_sessions", original)
     fixed = ScriptedProvider({"sessions": [steady], "default_output": "fine"})
-    outcome = _run(tmp_path, program, fixed, backend, failed.run_id)
+    outcome = _run(tmp_path, program, fixed, backend, failed_run.run_id)
     assert outcome.status == "completed", outcome.error
     assert _started(fixed) == ["0|1", "1"]  # the steady branch had committed
 
