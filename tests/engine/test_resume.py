@@ -121,9 +121,19 @@ def test_interrupted_run_is_consistent_and_resumable(tmp_path):
     job = runner.Job(source=source, file="p.prose", program=program, project_root=tmp_path,
                      options=Options(sleep=_no_sleep))
 
+    slow = asyncio.Event()
+
+    class Signals(ScriptedProvider):
+        """Says when the slow session has started (the quick one is committed by then)."""
+
+        async def run_session(self, request, io):
+            if "slow" in request.prompt:
+                slow.set()
+            return await super().run_session(request, io)
+
     async def interrupt():
-        task = asyncio.create_task(runner.execute(job, ScriptedProvider(script)))
-        await asyncio.sleep(0.2)
+        task = asyncio.create_task(runner.execute(job, Signals(script)))
+        await slow.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -203,22 +203,26 @@ async def test_cancel_then_resume_continues_without_repeating_work(root):
             "program": "p.prose", "inputs": {"topic": "t"}, "provider": "scripted",
             "script": "slow.yaml", "wait": False})
         run_id = started.structured_content["run_id"]
-        for _ in range(100):
-            status = (await client.call_tool("get_run", {"run_id": run_id})).structured_content
-            if status["progress"]["sessions_done"] >= 1 and status["progress"]["verdicts"]:
-                break
-            await anyio.sleep(0.02)
+        with anyio.fail_after(120):  # polls until a session and a verdict are recorded
+            while True:
+                status = (await client.call_tool("get_run", {"run_id": run_id})
+                          ).structured_content
+                if status["progress"]["sessions_done"] >= 1 and status["progress"]["verdicts"]:
+                    break
+                await anyio.sleep(0.02)
         cancelled = await client.call_tool("cancel_run", {"run_id": run_id})
         assert cancelled.structured_content["status"] == "interrupted"
         again = await client.call_tool("cancel_run", {"run_id": run_id})
         assert again.is_error and "not running here" in again.content[0].text
         resumed = await client.call_tool("resume_run", {"run_id": run_id})
         assert not resumed.is_error, resumed.content[0].text
-        for _ in range(200):
-            status = (await client.call_tool("get_run", {"run_id": run_id})).structured_content
-            if status["status"] != "running":
-                break
-            await anyio.sleep(0.05)
+        with anyio.fail_after(120):  # polls until the resumed run ends
+            while True:
+                status = (await client.call_tool("get_run", {"run_id": run_id})
+                          ).structured_content
+                if status["status"] != "running":
+                    break
+                await anyio.sleep(0.05)
     assert status["status"] == "completed" and status["reused"] >= 1
 
 

@@ -73,13 +73,13 @@ def test_parallel_items_pending_together_and_completed_in_reverse(tmp_path):
         host = HostProvider()
         run = asyncio.ensure_future(runner.execute(_inline(PARALLEL, tmp_path), host,
                                                    host.observe))
-        items = await host.wait_for_items(5)
+        items = await host.wait_for_items(60)
         assert sorted(i.request.binding for i in items) == ["a", "b", "c"]
         for item in sorted(items, key=lambda i: i.request.binding, reverse=True):
             written = await host.complete_session(item.token, f"value of {item.request.binding}")
             assert written.binding == item.request.binding and written.size > 0
             assert "value of" not in repr(written)  # the confirmation never holds the value
-        (join,) = await host.wait_for_items(5)
+        (join,) = await host.wait_for_items(60)
         assert [(c.name, c.size) for c in join.brief.context] == [("a", 10), ("b", 10),
                                                                     ("c", 10)]
         await host.complete_session(join.token, "all three")
@@ -111,9 +111,9 @@ def test_items_whose_intent_is_still_being_written_are_listed_together(tmp_path,
         job = _inline(source, tmp_path)
         job.backend = "sqlite"
         run = asyncio.ensure_future(runner.execute(job, host, host.observe))
-        (first,) = await host.wait_for_items(5)
+        (first,) = await host.wait_for_items(60)
         await host.complete_session(first.token, "A")
-        items = await host.wait_for_items(5)
+        items = await host.wait_for_items(60)
         listed = sorted(item.request.binding for item in items)
         while not run.done():
             for item in items:
@@ -150,7 +150,7 @@ def test_first_join_ends_the_losers_tokens(tmp_path):
     async def main():
         host = HostProvider()
         run = asyncio.ensure_future(runner.execute(_inline(source, tmp_path), host, host.observe))
-        items = await host.wait_for_items(5)
+        items = await host.wait_for_items(60)
         assert len(items) == 2
         winner, loser = sorted(items, key=lambda i: i.request.binding, reverse=True)
         await host.complete_session(winner.token, "b wins")
@@ -170,12 +170,12 @@ def test_resend_is_idempotent_and_refusals_name_the_reason(tmp_path):
     async def main():
         host = HostProvider()
         run = asyncio.ensure_future(runner.execute(_inline(source, tmp_path), host, host.observe))
-        (item,) = await host.wait_for_items(5)
+        (item,) = await host.wait_for_items(60)
         first = await host.complete_session(item.token, "v1")
         assert await host.complete_session(item.token, "v1") == first
         with pytest.raises(ItemRefused, match="has ended"):
             await host.complete_session(item.token, "v2")
-        (judgment,) = await host.wait_for_items(5)
+        (judgment,) = await host.wait_for_items(60)
         assert judgment.to_dict()["condition"] == "x looks right"
         with pytest.raises(ItemRefused, match="true or false"):
             await host.submit_verdict(judgment.token, "maybe")
@@ -184,7 +184,7 @@ def test_resend_is_idempotent_and_refusals_name_the_reason(tmp_path):
         with pytest.raises(ItemRefused, match="unknown session token"):
             await host.complete_session("gs_nothing", "v")
         assert await host.submit_verdict(judgment.token, "TRUE") is True
-        (last,) = await host.wait_for_items(5)
+        (last,) = await host.wait_for_items(60)
         await host.complete_session(last.token, "yes")
         return await run
 
@@ -199,14 +199,14 @@ def test_failed_session_is_retried_then_caught(tmp_path):
     async def main():
         host = HostProvider()
         run = asyncio.ensure_future(runner.execute(_inline(source, tmp_path), host, host.observe))
-        (first,) = await host.wait_for_items(5)
+        (first,) = await host.wait_for_items(60)
         assert "retrying" in await host.fail_session(first.token, "rate limited")
-        (second,) = await host.wait_for_items(5)
+        (second,) = await host.wait_for_items(60)
         assert second.request.attempt == 2 and second.token != first.token
         assert second.brief.attempt == 2 and second.brief.failures == ("rate limited",)
         assert "attempt 1: rate limited" in attempt_note(second.brief)
         assert "error handling" in await host.fail_session(second.token, "still down")
-        (recover,) = await host.wait_for_items(5)
+        (recover,) = await host.wait_for_items(60)
         assert recover.request.prompt == "Recover"
         await host.complete_session(recover.token, "recovered")
         return await run
@@ -222,11 +222,11 @@ def test_restart_reuses_finished_sessions_and_verdicts(tmp_path):
         host = HostProvider()
         job = _inline(source, tmp_path)
         run = asyncio.ensure_future(runner.execute(job, host, host.observe))
-        (one,) = await host.wait_for_items(5)
+        (one,) = await host.wait_for_items(60)
         await host.complete_session(one.token, "A")
-        (judgment,) = await host.wait_for_items(5)
+        (judgment,) = await host.wait_for_items(60)
         await host.submit_verdict(judgment.token, True, "fine")
-        (two,) = await host.wait_for_items(5)
+        (two,) = await host.wait_for_items(60)
         run.cancel()  # the server goes away with "Two" pending
         with pytest.raises(asyncio.CancelledError):
             await run
@@ -238,7 +238,7 @@ def test_restart_reuses_finished_sessions_and_verdicts(tmp_path):
         host = HostProvider()
         job = runner.resume_job(run_id, tmp_path, None, options=Options(sleep=no_sleep))
         run = asyncio.ensure_future(runner.execute(job, host, host.observe))
-        items = await host.wait_for_items(5)
+        items = await host.wait_for_items(60)
         assert [i.request.prompt for i in items] == [pending_prompt]  # only what was pending
         await answer_items(host, scripted({}), items)
         return await run
