@@ -158,8 +158,8 @@ class HostModel:
         todo = [entry for entry in outline if entry["id"] not in done]
         if not todo:
             return Reply([ours("complete_run", vm_token=vm_token)])
-        group = [e for e in todo if e["parent"] == todo[0]["parent"]] \
-            if todo[0]["parent"] else todo[:1]  # a parallel block's branches together
+        group = [e for e in todo if e.get("parent") == todo[0].get("parent")] \
+            if todo[0].get("parent") else todo[:1]  # a parallel block's branches together
         return Reply([ours("spawn_session", vm_token=vm_token, statement=entry["id"],
                            prompt=self.sessions[entry["binds"]][0],
                            context=self.sessions[entry["binds"]][1]) for entry in group])

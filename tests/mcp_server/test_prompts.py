@@ -64,8 +64,8 @@ async def test_prompts_are_listed_with_their_arguments(era: dict, server: MCPSer
         listed = {p.name: p for p in (await client.list_prompts()).prompts}
     arguments = {name: {a.name: a.required for a in prompt.arguments or ()}
                  for name, prompt in listed.items()}
-    assert arguments == {"prose-run": {"program": True, "state": False},
-                         "prose-compile": {"program": True}, "prose-help": {},
+    assert arguments == {"prose-run": {"program": True, "inputs": False, "state": False},
+                         "prose-compile": {"program": True, "inputs": False}, "prose-help": {},
                          "prose-examples": {"name": False}, "prose-update": {}}
 
 
@@ -78,7 +78,8 @@ async def test_prose_run_in_a_backend_teaches_the_tools(era: dict, server: MCPSe
     backend = state or "filesystem"
     assert text.startswith(prompts.load("run-tools"))
     assert f"State backend: `{backend}`" in text
-    assert f"call `start_run` with program `good.prose` and state `{backend}`" in text
+    assert (f'call `start_run(program="good.prose", inputs={{}}, backend="{backend}")`'
+            in text)
     assert text.endswith(f"## Program: good.prose\n\n```prose\n{GOOD}```\n")
     for tool in TOOLS:
         assert f"`{tool}`" in text, tool
@@ -91,13 +92,35 @@ async def test_prose_run_inline_and_in_context(era: dict, server: MCPServer) -> 
     inline = await _get(server, era, "prose-run", {"program": GOOD})
     narrated = await _get(server, era, "prose-run", {"program": "good.prose",
                                                      "state": "in-context"})
-    assert "with the source below as the program" in inline
+    assert 'start_run(program=<the source below>, inputs={}, backend="filesystem")' in inline
     assert "## Program: (inline program)" in inline and GOOD in inline
     assert narrated.startswith(prompts.load("run-in-context"))
     assert narrated.endswith(f"## Program: good.prose\n\n```prose\n{GOOD}```\n")
     for marker in ("[Position]", "[Binding]", "[Frame+]", "[Frame-]", "[Judgment]"):
         assert marker in narrated
     assert "start_run" not in narrated
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("arguments", [
+    {"program": "good.prose topic=tides sqlite"},  # a host that passes the words as one
+    {"program": "good.prose", "inputs": "topic=tides", "state": "sqlite"},
+    {"program": "good.prose", "inputs": "sqlite", "state": "topic=tides"},  # words in order
+    {"program": "good.prose", "inputs": "'topic=tides' sqlite"},
+])
+async def test_the_run_command_takes_the_programs_inputs(era: dict, server: MCPServer,
+                                                         arguments: dict) -> None:
+    text = await _get(server, era, "prose-run", arguments)
+    assert 'start_run(program="good.prose", inputs={"topic": "tides"}, backend="sqlite")' \
+        in text
+    narrated = await _get(server, era, "prose-run", {"program": "good.prose topic=tides",
+                                                     "state": "in-context"})
+    assert "[Input] topic = tides" in narrated
+    compiled = await _get(server, era, "prose-compile", {"program": "good.prose",
+                                                         "inputs": "topic=tides"})
+    assert "good.prose compiles" in compiled
+    unknown = await _refusal(server, era, "prose-run", {"program": "good.prose depth=3"})
+    assert "unknown input(s) depth (declared: topic)" in unknown
 
 
 @pytest.mark.parametrize("era", ERAS)

@@ -139,9 +139,6 @@ async def test_spawn_session_rules(root: Path) -> None:
                           vm_token=run.vm, statement="dig.0", prompt="p")
         await run.refused("spawn_session", "no frame 4", vm_token=run.vm, statement="dig.0",
                           prompt="p", execution_id=4)
-        await run.refused("spawn_session", "runs agent 'scout', not 'keeper'",
-                          "rule: a session runs the agent its statement names",
-                          vm_token=run.vm, statement="5", prompt="p", agent="keeper")
         await run.refused("spawn_session", "the prompt differs from the program's, which "
                           "is: 'Scout caves'", "rule: a session's prompt is the program's",
                           vm_token=run.vm, statement="5", prompt="Scout the moon")

@@ -43,7 +43,7 @@ async def spawned(root: Path, material: str, binding: str, prompt: str, context:
         started = await client.call_tool("start_run", {"program": source,
                                                        "inputs": {"material": material}})
         vm = started.structured_content["vm_token"]
-        ids = {item["binds"]: item["id"] for item in started.structured_content["outline"]}
+        ids = {item.get("binds"): item["id"] for item in started.structured_content["outline"]}
         if binding == "notes":  # the keeper's session reads digest: write it first
             first = await client.call_tool("spawn_session", {
                 "vm_token": vm, "statement": ids["digest"],

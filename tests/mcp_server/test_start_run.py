@@ -48,13 +48,13 @@ async def test_start_run_returns_token_and_outline_and_writes_inputs(
     async with host(root, era) as h:
         started = await h.call("start_run", program="study.prose", inputs={"topic": "tides"})
     assert started["vm_token"].startswith(f"vm.{started['run_id']}.")
-    assert started["missing_inputs"] == []
+    assert "missing_inputs" not in started  # none missing
     assert started["outputs"] == ["final"]
     items = {item["id"]: item for item in started["outline"]}
     assert {k: items["3|1"][k] for k in ("kind", "binds", "agent", "line")} == {
         "kind": "session", "binds": "b", "agent": "writer", "line": 9}
     assert items["review.0"]["block"] == "review" and items["review.0"]["binds"] == "notes"
-    assert items["4.try.0"]["kind"] == "session" and items["4.try.0"]["binds"] is None
+    assert items["4.try.0"]["kind"] == "session" and "binds" not in items["4.try.0"]
     assert items["4.catch.0"]["parent"] == "4"
     assert items["5"]["kind"] == "loop" and items["5"]["judged"] is True
     assert items["6.if0"]["judged"] is True
@@ -86,3 +86,19 @@ async def test_start_run_refuses_bad_programs_and_inputs_without_creating_a_run(
         assert started["missing_inputs"] == ["topic"]
     runs = list((root / ".prose" / "runs").iterdir())
     assert [r.name for r in runs] == [started["run_id"]]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_start_runs_result_carries_only_what_its_mode_reads(era: dict, root: Path) -> None:
+    """A guided host never reads the outline: it is left out; an embodied host's outline
+    leaves out every null, false and empty field."""
+    async with host(root, era) as h:
+        embodied = await h.call("start_run", program="study.prose", inputs={"topic": "t"})
+        guided = await h.call("start_run", program="study.prose", inputs={"topic": "t"},
+                              mode="guided")
+        await h.call("cancel_run", run_id=guided["run_id"])
+    assert "outline" not in guided and "blocks" not in guided
+    assert "outline" not in guided["_text"]
+    for item in embodied["outline"]:
+        assert all(value not in (None, False, [], "") for value in item.values()), item
+    assert "missing_inputs" not in embodied  # nothing missing: nothing said

@@ -12,6 +12,7 @@ what the server found: ``prose-run`` and ``prose-compile`` compile the program f
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from openprose import prompts
 from openprose.errors import OpenProseError
 from openprose.language import CompileResult
 from openprose.language import compile as compile_program
+from openprose.language import nodes as n
 from openprose.language.files import MAX_PROGRAM_BYTES
 from openprose.paths import PathRefused, contained, read_file
 from openprose.state import postgres_url
@@ -74,33 +76,84 @@ def _listing(source: str) -> str:
     return f"```prose\n{source}{'' if source.endswith(chr(10)) else chr(10)}```\n"
 
 
-def _compiled(program: str, project_root: Path) -> tuple[str, str | None]:
+def _compiled(program: str, project_root: Path) -> tuple[str, str | None, n.Program | None]:
     source, path, result = compiled_text(program, project_root)
     if not result.ok:
         raise PromptError("the program does not compile:\n" + "\n".join(
             d.format().split("\n")[0] for d in result.errors))
-    return source, path
+    return source, path, result.program
 
 
-def run_prompt(program: str, project_root: Path, state: str = "filesystem") -> str:
+def command_arguments(program: str, *rest: str) -> tuple[str, dict[str, str], str | None]:
+    """A command's arguments as a user types them (``/prose-run q.prose topic=tides sqlite``):
+    hosts hand words to the declared arguments in order, so every argument after the program
+    is read the same way, whichever it landed in: ``NAME=VALUE`` is an input, a state mode is
+    the state. Returns (program, inputs, state or None)."""
+    words = _words(program) if "\n" not in program.strip() else []
+    if words and words[0].endswith(".prose"):  # a path, maybe with the other words
+        program = words.pop(0)
+    else:  # source text: the other arguments are separate
+        words = []
+    for argument in rest:
+        words += _words(argument)
+    inputs: dict[str, str] = {}
+    state = None
+    for word in words:
+        name, equals, value = word.partition("=")
+        if equals and name.isidentifier():
+            inputs[name] = value
+        elif word in STATE_MODES and state is None:
+            state = word
+        else:
+            raise PromptError(f"state mode {word!r} is not offered by this server (offered: "
+                              f"{', '.join(STATE_MODES)}); inputs are NAME=VALUE")
+    return program, inputs, state
+
+
+def _words(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:  # an unbalanced quote: plain words
+        return text.split()
+
+
+def _checked_inputs(program: n.Program | None, inputs: dict[str, str]) -> None:
+    declared = [decl.name for decl in program.inputs] if program is not None else []
+    unknown = [name for name in inputs if name not in declared]
+    if unknown:
+        raise PromptError(f"unknown input(s) {', '.join(unknown)} (declared: "
+                          f"{', '.join(declared) or 'none'})")
+
+
+def run_prompt(program: str, project_root: Path, state: str = "filesystem",
+               inputs: dict[str, str] | None = None) -> str:
     if state not in STATE_MODES:
         raise PromptError(f"state mode {state!r} is not offered by this server (offered: "
                           f"{', '.join(STATE_MODES)})")
     if state == "postgres" and not postgres_url(project_root):
         raise PromptError("state mode 'postgres' needs OPENPROSE_POSTGRES_URL in .prose/.env "
                           "or the environment")
-    source, path = _compiled(program, project_root)
+    source, path, compiled_program = _compiled(program, project_root)
+    given = dict(inputs or {})
+    _checked_inputs(compiled_program, given)
     name = path or INLINE
     if state == "in-context":
-        return f"{prompts.load('run-in-context')}\n## Program: {name}\n\n{_listing(source)}"
-    how = (f"call `start_run` with program `{path}`" if path else
-           "call `start_run` with the source below as the program")
+        values = "".join(f"[Input] {k} = {v}\n" for k, v in given.items())
+        known = f"The user gave these inputs:\n{values}\n" if values else ""
+        return (f"{prompts.load('run-in-context')}\n{known}## Program: {name}\n\n"
+                f"{_listing(source)}")
+    where = json.dumps(path) if path else "<the source below>"
+    call = (f"start_run(program={where}, inputs={json.dumps(given)}, "
+            f"backend={json.dumps(state)})")
     return (f"{prompts.load('run-tools')}\n## Your run\n\nState backend: `{state}`. To begin, "
-            f"{how} and state `{state}`.\n\n## Program: {name}\n\n{_listing(source)}")
+            f"call `{call}`.\n\n## Program: {name}\n\n{_listing(source)}")
 
 
-def compile_prompt(program: str, project_root: Path) -> str:
+def compile_prompt(program: str, project_root: Path, inputs: dict[str, str] | None = None
+                   ) -> str:
     source, path, result = compiled_text(program, project_root)
+    if result.ok and inputs:
+        _checked_inputs(result.program, inputs)
     name = path or INLINE
     errors, warnings = len(result.errors), len(result.warnings)
     verdict = (f"{name}: {errors} error(s), {warnings} warning(s)" if not result.ok else
@@ -208,16 +261,24 @@ def register(mcp: MCPServer, project_root: str | Path) -> None:
 
     @mcp.prompt(name="prose-run",
                 description="Run an OpenProse program: you act as its VM. program: a .prose "
-                            "path in the project, or source text; state: filesystem (default), "
-                            "sqlite, postgres (kept by the server's tools) or in-context.")
-    async def prose_run(program: str, state: str = "filesystem") -> str:
-        return await _answer("prose-run", run_prompt, program, root, state)
+                            "path in the project, or source text; then its inputs as "
+                            "NAME=VALUE and the state: filesystem (default), sqlite, postgres "
+                            "(kept by the server's tools) or in-context.")
+    async def prose_run(program: str, inputs: str = "", state: str = "") -> str:
+        def make() -> str:
+            path, given, mode = command_arguments(program, inputs, state)
+            return run_prompt(path, root, mode or "filesystem", given)
+        return await _answer("prose-run", make)
 
     @mcp.prompt(name="prose-compile",
                 description="Check an OpenProse program without running it. program: a .prose "
-                            "path in the project, or source text.")
-    async def prose_compile(program: str) -> str:
-        return await _answer("prose-compile", compile_prompt, program, root)
+                            "path in the project, or source text; inputs (NAME=VALUE) are "
+                            "checked against its declared ones.")
+    async def prose_compile(program: str, inputs: str = "") -> str:
+        def make() -> str:
+            path, given, _ = command_arguments(program, inputs)
+            return compile_prompt(path, root, given)
+        return await _answer("prose-compile", make)
 
     @mcp.prompt(name="prose-help", description="What OpenProse programs can say, on one page.")
     def prose_help() -> str:

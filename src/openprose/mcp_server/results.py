@@ -58,15 +58,19 @@ class BlockInfo(BaseModel):
 
 
 class StartResult(BaseModel):
+    """A started run. The outline and blocks are for a host that steps the run (embodied):
+    a guided host never reads them, so they are left out there; an outline entry leaves out
+    its empty fields (see :func:`reply`'s ``exclude_defaults``)."""
+
     run_id: str
     vm_token: str
     mode: str
     backend: str
     location: str
-    missing_inputs: list[str]
-    outputs: list[str]
-    blocks: list[BlockInfo]
-    outline: list[OutlineItem]
+    missing_inputs: list[str] = []
+    outputs: list[str] = []
+    blocks: list[BlockInfo] = []
+    outline: list[OutlineItem] = []
 
 
 def outline_items(outline: Outline) -> list[OutlineItem]:
@@ -227,14 +231,17 @@ class ResumeResult(BaseModel):
     vm_token: str
     mode: str
     status: str
-    outline: list[OutlineItem]
+    outline: list[OutlineItem] = []  # for a host that steps the run, as in StartResult
 
 
-def reply(result: BaseModel, text: str | None = None, *, exclude_none: bool = False
-          ) -> CallToolResult:
+def reply(result: BaseModel, text: str | None = None, *, exclude_none: bool = False,
+          exclude_defaults: bool = False) -> CallToolResult:
     """The tool's answer: ``result`` as structured content (without its None fields when
-    ``exclude_none``), ``text`` (default: its fields as ``name: value`` lines) for the model."""
-    data = result.model_dump(mode="json", exclude_none=exclude_none)
+    ``exclude_none``, without every field left at its default — None, false, empty — when
+    ``exclude_defaults``), ``text`` (default: its fields as ``name: value`` lines) for the
+    model."""
+    data = result.model_dump(mode="json", exclude_none=exclude_none,
+                             exclude_defaults=exclude_defaults)
     if text is None:
         text = "\n".join(f"{key}: {value}" for key, value in data.items() if value is not None)
     return CallToolResult(content=[TextContent(type="text", text=text)],

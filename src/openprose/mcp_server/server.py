@@ -39,9 +39,11 @@ from openprose.mcp_server.updates import RunUpdates
 from openprose.mcp_server.watch import watching
 
 INSTRUCTIONS = (
-    "OpenProse runs programs of AI sessions. To run one, get the prose-run prompt (or call "
-    "start_run) and act as the program's VM: step each statement with these tools, spawn a "
-    "session per session statement and let it write its own binding.")
+    "OpenProse runs programs of AI sessions. Before you run one, call get_instructions with "
+    "the run mode and follow what it returns: 'guided' (the default: the server runs the "
+    "control flow, you hand its sessions to subagents), 'embodied' (you are the program's VM "
+    "and step it with these tools; the server follows the program and refuses steps it does "
+    "not allow) or 'in-context' (a tiny program kept in the conversation).")
 
 
 class ProseServer(MCPServer):

@@ -9,6 +9,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ToolAnnotations
 
+from openprose import prompts
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.follow import Follower
 from openprose.mcp_server.outline import build
@@ -111,13 +112,19 @@ def compile_errors(errors: list) -> str:
         for d in errors)
 
 
+#: The spec a host model follows in each run mode (a model cannot get a prompt: only a user
+#: can, as a command; ``get_instructions`` hands it the same texts).
+SPECS = {"guided": "run-guided", "embodied": "run-tools", "in-context": "run-in-context"}
+Instructions = Literal["guided", "embodied", "in-context"]
+
+
 def register(mcp: MCPServer, ctx: ServerContext) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def start_run(program: str, inputs: dict[str, str] | None = None,
                         backend: Backend = ctx.default_backend, mode: str = HOST
                         ) -> Annotated[CallToolResult, StartResult]:
-        """Start a run you step as its VM. program: a .prose path in the project or source
-        text. Returns your VM token and the outline (statement ids for the other tools)."""
+        """Start a run. program: a .prose path in the project, or source. Returns your VM
+        token and the outline (statement ids)."""
         if mode != HOST and mode not in ctx.modes:
             offered = ", ".join([HOST, *ctx.modes])
             raise Refusal("a run is started in a mode this server offers",
@@ -165,10 +172,12 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             extra = await ctx.modes[mode].started(ctx, driven, {"inputs": given})
         await ctx.changed(run.id, sorted(given))
         missing = [name for name in outline.inputs if name not in given]
+        stepped = mode == HOST  # only a host that steps the run reads its outline
         result = StartResult(run_id=run.id, vm_token=token, mode=mode, backend=store.kind,
                              location=run.location, missing_inputs=missing,
-                             outputs=list(outline.outputs), blocks=block_infos(outline),
-                             outline=outline_items(outline))
+                             outputs=list(outline.outputs),
+                             blocks=block_infos(outline) if stepped else [],
+                             outline=outline_items(outline) if stepped else [])
         lines = [f"run_id: {run.id}", f"vm_token: {token}", f"mode: {mode}",
                  f"backend: {store.kind}", f"location: {run.location}"]
         if missing:
@@ -178,11 +187,17 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         for block in result.blocks:
             lines.append(f"block {block.name}({', '.join(block.params)}) max_depth "
                          f"{block.max_depth}")
-        lines.append("outline (id kind lines ...):")
-        lines.extend(item.text() for item in result.outline)
+        if result.outline:
+            lines.append("outline (id kind lines ...):")
+            lines.extend(item.text() for item in result.outline)
         if extra:
             lines.append(extra)
-        return reply(result, "\n".join(lines))
+        return reply(result, "\n".join(lines), exclude_defaults=True)
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_instructions(mode: Instructions) -> str:
+        """A run mode's spec: read it first."""
+        return prompts.load(SPECS[mode])
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def run_status(vm_token: str) -> Annotated[CallToolResult, StatusResult]:
@@ -195,9 +210,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def resume_run(run_id: str, context: Context, take_over: bool = False,
                          inputs: dict[str, str] | None = None
                          ) -> Annotated[CallToolResult, ResumeResult]:
-        """Continue a run after the conversation or the server restarted: a fresh VM token
-        (the old one stops working), its status and outline. take_over=true takes a run
-        another client or the engine drives. inputs: values for missing declared inputs."""
+        """Continue a run: a fresh VM token (the old one stops working), its status and
+        outline. take_over: take a run another driver holds. inputs: missing inputs."""
         known = ctx.registry.runs.get(run_id)
         held = known is not None and known.holder is not None and known.holder.held
         driven = ctx.registry.claim(run_id, take_over)
@@ -233,19 +247,20 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             extra = await hook.resumed(ctx, driven)
         status = status_of(driven)
         result = ResumeResult(run_id=run_id, vm_token=token, mode=mode, status=status.status,
-                              outline=outline_items(driven.outline))
-        lines = [f"vm_token: {token}", status_text(status), "outline (id kind lines ...):",
-                 *(item.text() for item in result.outline)]
+                              outline=outline_items(driven.outline) if mode == HOST else [])
+        lines = [f"vm_token: {token}", status_text(status)]
+        if result.outline:
+            lines += ["outline (id kind lines ...):", *(item.text() for item in result.outline)]
         if extra:
             lines.append(extra)
-        return reply(result, "\n".join(lines))
+        return reply(result, "\n".join(lines), exclude_defaults=True)
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def complete_run(vm_token: str, status: Literal["completed", "failed"] = "completed",
                            error: str = "") -> Annotated[CallToolResult,
                                                                   CompleteResult]:
-        """Finish the run ('completed' needs every output written, no pending session, no
-        live frame). Returns the outputs' locations."""
+        """Finish the run ('completed' once the program is done). Returns the outputs'
+        locations."""
         driven = ctx.registry.host_run(vm_token)
         driven.live()
         run = driven.run

@@ -141,10 +141,10 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def spawn_session(vm_token: str, statement: str, prompt: str = "",
-                            execution_id: int | None = None, context: list[str] | None = None,
-                            agent: str = "") -> Annotated[CallToolResult, SpawnResult]:
-        """Start the session the program reached (execution_id: its block frame; prompt,
-        context: the program's, leave out). Returns a token for a subagent."""
+                            execution_id: int | None = None, context: list[str] | None = None
+                            ) -> Annotated[CallToolResult, SpawnResult]:
+        """Start the session the program reached (execution_id: its block frame; prompt and
+        context come from the program). Returns a subagent's token."""
         driven = registry.host_run(vm_token)
         driven.live()
         st = driven.statement(statement)
@@ -152,11 +152,6 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             raise Refusal("spawn_session starts session and resume statements only",
                           f"statement {st.id} is a {st.kind} statement", st)
         eid = driven.frame_for(st, execution_id)
-        if agent and agent != st.agent:
-            raise Refusal("a session runs the agent its statement names",
-                          f"statement {st.id} runs " + (f"agent '{st.agent}'" if st.agent
-                                                        else "no agent") + f", not '{agent}'",
-                          st)
         followed = None
         if driven.follower is not None:
             followed = await driven.follower.session_for(st, eid)

@@ -27,8 +27,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def update_state(vm_token: str, statement: str, status: Status,
                            execution_id: int | None = None, iteration: int | None = None,
                            note: str = "") -> Annotated[CallToolResult, StateResult]:
-        """Report a statement's status ('failed' on a session statement ends its pending
-        session); state.md is rendered from it."""
+        """A statement's status for state.md ('failed' fails its pending session)."""
         driven = registry.host_run(vm_token)
         driven.live()
         st = driven.statement(statement)
@@ -74,8 +73,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                          args_from: dict[str, str] | None = None, parent: int | None = None,
                          statement: str = "") -> Annotated[CallToolResult,
                                                                     FrameResult]:
-        """Enter a block: args (param: value) or args_from (param: binding name); parent:
-        the caller's frame; statement: the 'do'. Returns the execution id."""
+        """Enter a block: args (param: value) or args_from (param: binding); parent: the
+        caller's frame; statement: the do. Returns the execution id."""
         driven = registry.host_run(vm_token)
         driven.live()
         definition = driven.outline.blocks.get(block)
@@ -132,7 +131,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def pop_frame(vm_token: str, execution_id: int) -> Annotated[CallToolResult,
                                                                        FrameResult]:
-        """Leave a block call (top frames only, none of its sessions pending)."""
+        """Leave a block call whose body is done (top frames only)."""
         driven = registry.host_run(vm_token)
         driven.live()
         with state_errors("pop_frame"):
@@ -165,8 +164,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def record_verdict(vm_token: str, statement: str, value: bool | str, reason: str,
                              execution_id: int | None = None, iteration: int = 0
                              ) -> Annotated[CallToolResult, VerdictResult]:
-        """Record your judgment of a **condition** (loop, if/elif: true/false; choice: the
-        option) and why; iteration: the loop round. A recorded verdict stands."""
+        """Judge a **condition** (if/elif, loop: true/false; choice: an option) with a
+        reason; iteration: the loop round."""
         driven = registry.host_run(vm_token)
         driven.live()
         st = driven.statement(statement)
