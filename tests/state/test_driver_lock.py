@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -146,8 +147,8 @@ sys.stdin.readline()
 
 def _waiting_for_a_lock(pid: int) -> bool:
     """Whether process ``pid`` waits for a file lock (Linux's /proc/locks lists waiters)."""
-    return any(line.split()[1] == "->" and line.split()[5].startswith(f"{pid}")
-               for line in Path("/proc/locks").read_text().splitlines())
+    return any(fields[1] == "->" and fields[5] == str(pid)
+               for fields in map(str.split, Path("/proc/locks").read_text().splitlines()))
 
 
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
@@ -170,7 +171,9 @@ def test_a_refusal_never_catches_the_holder_between_locking_and_recording(
         second = threading.Thread(target=refuse)
         second.start()
         # The second driver either answers now or waits for the holder's record.
-        while second.is_alive() and not _waiting_for_a_lock(os.getpid()):
+        deadline = time.monotonic() + 60
+        while second.is_alive() and not _waiting_for_a_lock(os.getpid()) and \
+                time.monotonic() < deadline:
             second.join(0.01)
         holder.stdin.write("go\n")
         holder.stdin.flush()
