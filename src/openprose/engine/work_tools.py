@@ -11,6 +11,7 @@ run's journal; results are capped before they reach the model.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -97,15 +98,29 @@ class WorkTools:
         self.setup = setup
         self.gate = gate
         self.record = record
-        project = gate.project
-        outside = [Path(p.base) for p in (*gate.read_patterns, *gate.write_patterns)
+
+    @functools.cached_property
+    def _toolset(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The file tools by name and the shell's definition, built on first use: building
+        them costs milliseconds (pydantic schemas per tool), and most sessions (a host's, a
+        scripted one without tool calls) never use them."""
+        project = self.gate.project
+        outside = [Path(p.base) for p in (*self.gate.read_patterns, *self.gate.write_patterns)
                    if not p.inside and Path(p.base).is_dir()]
-        self.context = AgentToolContext(workdir=str(project), allowed_roots=outside,
-                                        read_only_roots=[project / STATE_DIR],
-                                        max_file_bytes=MAX_FILE_BYTES, env={})
-        toolset = beta_agent_toolset_20260401(self.context)
-        self.file_tools = {tool.name: tool for tool in toolset if tool.name in FILE_TOOLS}
-        self.bash_definition = next(tool for tool in toolset if tool.name == "bash").to_dict()
+        context = AgentToolContext(workdir=str(project), allowed_roots=outside,
+                                   read_only_roots=[project / STATE_DIR],
+                                   max_file_bytes=MAX_FILE_BYTES, env={})
+        toolset = beta_agent_toolset_20260401(context)
+        file_tools = {tool.name: tool for tool in toolset if tool.name in FILE_TOOLS}
+        return file_tools, next(tool for tool in toolset if tool.name == "bash").to_dict()
+
+    @property
+    def file_tools(self) -> dict[str, Any]:
+        return self._toolset[0]
+
+    @property
+    def bash_definition(self) -> dict[str, Any]:
+        return self._toolset[1]
 
     @property
     def agent(self) -> str:
