@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp_types import Implementation
 from tests.mcp_server.host import ERAS, Host, Refused, host
 
 from openprose.mcp_server.server import create_server
@@ -291,3 +292,61 @@ async def test_compiling_runs_off_the_event_loop(root, monkeypatch):
         await h.client.get_prompt("prose-compile", {"program": "p.prose"})
     assert len(threads) == 3
     assert threading.main_thread() not in threads
+
+
+# ------------------------------------------------------------------ run hand-over
+
+def _client(mcp, name: str) -> Client:
+    return Client(mcp, mode="legacy", client_info=Implementation(name=name, version="1"))
+
+
+async def test_taking_over_a_run_another_client_drives_is_explicit(root):
+    mcp = create_server(root, home=root / "home", watch=False)
+    async with _client(mcp, "owner") as owner, _client(mcp, "intruder") as intruder:
+        started = await owner.call_tool("start_run", {"program": "p.prose",
+                                                      "inputs": {"topic": "t"}})
+        run_id, vm = started.structured_content["run_id"], started.structured_content["vm_token"]
+        refused = await intruder.call_tool("resume_run", {"run_id": run_id})
+        assert refused.is_error
+        text = refused.content[0].text
+        assert "client 'owner'" in text and "take_over=true" in text
+        # the refusal changed nothing: the owner still drives the run
+        assert not (await owner.call_tool("run_status", {"vm_token": vm})).is_error
+        taken = await intruder.call_tool("resume_run", {"run_id": run_id, "take_over": True})
+        assert not taken.is_error, taken.content[0].text
+        late = await owner.call_tool("run_status", {"vm_token": vm})
+        assert late.is_error
+        assert "taken over by client 'intruder' at 20" in late.content[0].text
+        new_vm = taken.structured_content["vm_token"]
+        assert not (await intruder.call_tool("run_status", {"vm_token": new_vm})).is_error
+
+
+# ------------------------------------------------------------------ file descriptors
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+@pytest.mark.parametrize("backend", ["filesystem", "sqlite"])
+async def test_descriptors_stay_flat_however_many_runs_the_server_serves(root, backend):
+    (root / "s.yaml").write_text("default_output: ok\n")
+    arguments = {"program": "p.prose", "inputs": {"topic": "t"}}
+    async with host(root, {"mode": "legacy"}) as h:
+
+        async def serve(times: int) -> None:
+            for _ in range(times):
+                done = await h.call("run_program", **arguments, state=backend,
+                                    provider="scripted", script="s.yaml")
+                assert done["status"] == "completed"
+                started = await h.call("start_run", **arguments, backend=backend)
+                await h.call("complete_run", vm_token=started["vm_token"], status="failed")
+                for run_id in (done["run_id"], started["run_id"]):
+                    await h.call("get_run", run_id=run_id)
+                    await h.client.read_resource(f"prose://runs/{run_id}/state")
+                    await h.refused("resume_run", run_id=run_id)
+
+        await serve(2)  # the stores, the watcher and the worker threads are open now
+        before = _descriptors()
+        await serve(15)
+        assert _descriptors() <= before

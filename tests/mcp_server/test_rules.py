@@ -398,8 +398,9 @@ async def test_memory_rules(root: Path) -> None:
 
 async def test_finished_runs_and_replaced_tokens(root: Path) -> None:
     async with started(root) as run:
-        resumed = await run.call("resume_run", run_id=run.id)
-        await run.refused("run_status", "no longer drives run", vm_token=run.vm)
+        await run.refused("resume_run", "take_over=true", run_id=run.id)  # still driven
+        resumed = await run.call("resume_run", run_id=run.id, take_over=True)
+        await run.refused("run_status", "no longer drives run", "taken over", vm_token=run.vm)
         fresh = resumed["vm_token"]
         await run.call("write_binding", token=fresh, name="result", copy_of="topic")
         await run.call("complete_run", vm_token=fresh, status="failed", error="stopped")

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -109,22 +110,40 @@ class RunCatalog:
         runs = sorted(seen.values(), key=lambda run: str(run["started"]), reverse=True)
         return runs[:limit]
 
+    @contextmanager
+    def reading(self, run_id: str) -> Iterator[Run]:
+        """``run_id`` opened for a read; a run no longer running is released after it (a
+        client may read any number of old runs)."""
+        run = self.open(run_id)
+        try:
+            yield run
+        finally:
+            if run.status != "running":
+                self.release(run_id)
+
     def state(self, run_id: str) -> str:
         """The run's state.md; rendered now if the run has none yet (a run started by a
         host, or by an openprose that did not render for this backend)."""
-        run = self.open(run_id)
-        return run.state_text() or render_view(view_of_run(run))
+        with self.reading(run_id) as run:
+            return run.state_text() or render_view(view_of_run(run))
 
     def program(self, run_id: str) -> str:
-        return self.open(run_id).program_source
+        with self.reading(run_id) as run:
+            return run.program_source
 
     def binding(self, run_id: str, name: str) -> str:
         ref = parse_binding_name(name)
-        run = self.open(run_id)
-        try:
-            return run.read_binding(ref).value
-        except StateError as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
+        with self.reading(run_id) as run:
+            try:
+                return run.read_binding(ref).value
+            except StateError as exc:
+                raise ResourceNotFoundError(str(exc)) from exc
+
+    def release(self, run_id: str) -> None:
+        """Close what the opened stores hold for ``run_id`` (a run that ended here): a
+        long-lived server's descriptors stay flat however many runs it serves."""
+        for store in self.opened():
+            store.release(run_id)
 
     def close(self) -> None:
         with self._lock:

@@ -121,6 +121,10 @@ class DrivenRun:
     completed: dict[tuple[str, int], BindingRef] = field(default_factory=dict)
     holder: DriverLock | None = None  # the run-driver lock while this server drives it
     follower: Follower | None = None  # the program followed beside an embodied host
+    #: Who holds the current VM token, when this server issued it: (client, since).
+    driver: tuple[str, str] | None = None
+    #: The last hand-over as recorded: (taken by, at).
+    taken_over: tuple[str, str] | None = None
     _running: bool = field(default=False, repr=False)
 
     @property
@@ -265,6 +269,9 @@ class DrivenRun:
         mode = driver.meta.get("mode", HOST) if driver is not None else ENGINE
         vm_hash = driver.meta.get("vm") if driver is not None else None
         driven = cls(run, outline, file, mode, vm_hash)
+        if driver is not None and driver.meta.get("taken_over_by"):
+            driven.taken_over = (str(driver.meta["taken_over_by"]),
+                                 str(driver.meta.get("taken_over_at", "")))
         ended: set[str] = set()
         intents: dict[str, Any] = {}
         for entry in run.journal_entries():
@@ -398,6 +405,11 @@ class RunRegistry:
                           "an explicit hand-over", f"run {run_id} was started by the engine; "
                           "call resume_run with take_over=true to drive it")
         if driven.vm_hash != digest(token):
+            if driven.taken_over is not None:
+                by, at = driven.taken_over
+                raise Refusal("resume_run replaces a run's VM token; the old one stops working",
+                              f"this VM token no longer drives run {run_id}: it was taken over "
+                              f"by {by} at {at} (resume_run with take_over=true takes it back)")
             raise Refusal("resume_run replaces a run's VM token; the old one stops working",
                           f"this VM token no longer drives run {run_id} (call resume_run for "
                           "a fresh one)")

@@ -103,6 +103,7 @@ class EngineModes:
 
     async def _ended(self, run: EngineRun) -> None:
         self.ctx.registry.runs.pop(run.run_id, None)  # reload its state on the next call
+        self.ctx.catalog.release(run.run_id)  # closing is quick: no worker thread
         with contextlib.suppress(Exception):  # a notification never fails the run
             await self.ctx.changed(run.run_id)
 

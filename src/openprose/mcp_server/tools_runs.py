@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -49,13 +50,39 @@ def binding_uri_name(ref: BindingRef) -> str:
     return f"{ref.name}@{ref.execution_id}" if ref.execution_id else ref.name
 
 
-def record_driver(driven: DrivenRun, mode: str) -> str:
-    """A fresh VM token for ``driven``, recorded (hash and mode) in its journal."""
+def record_driver(driven: DrivenRun, mode: str, client: str, *, taking_over: bool = False
+                  ) -> str:
+    """A fresh VM token for ``driven``, recorded (hash and mode, and who took the run over
+    from whom) in its journal; ``client`` holds it from now."""
     token = new_vm_token(driven.id)
-    driven.run.record_result(DRIVER_KEY, status="driver",
-                             meta={"mode": mode, "vm": digest(token)})
-    driven.mode, driven.vm_hash = mode, digest(token)
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    meta = {"mode": mode, "vm": digest(token)}
+    if taking_over:
+        meta |= {"taken_over_by": client, "taken_over_at": now}
+        driven.taken_over = (client, now)
+    driven.run.record_result(DRIVER_KEY, status="driver", meta=meta)
+    driven.mode, driven.vm_hash, driven.driver = mode, digest(token), (client, now)
     return token
+
+
+def client_name(context: Context) -> str:
+    """The calling client as its ``initialize`` named it (hosts say who they are)."""
+    params = getattr(context.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    name = getattr(info, "name", None)
+    return f"client '{name}'" if name else "another client"
+
+
+def check_hand_over(driven: DrivenRun | None, take_over: bool) -> None:
+    """A running run whose VM token this server issued is still driven by that client:
+    resume_run takes it over only when told to (``take_over``)."""
+    if driven is None or take_over or driven.driver is None or driven.status != "running":
+        return
+    holder, since = driven.driver
+    raise Refusal("a run another client drives is taken over only explicitly",
+                  f"run {driven.id} is driven by {holder} (VM token issued at {since}); call "
+                  "resume_run(run_id, take_over=true) to take it over: that client's VM token "
+                  "then stops working and its next call says who took the run")
 
 
 def status_of(driven: DrivenRun) -> StatusResult:
@@ -120,7 +147,7 @@ Instructions = Literal["guided", "embodied", "in-context"]
 
 def register(mcp: MCPServer, ctx: ServerContext) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
-    async def start_run(program: str, inputs: dict[str, str] | None = None,
+    async def start_run(program: str, context: Context, inputs: dict[str, str] | None = None,
                         backend: Backend = ctx.default_backend, mode: str = HOST
                         ) -> Annotated[CallToolResult, StartResult]:
         """Start a run. program: a .prose path in the project, or source. Returns your VM
@@ -155,7 +182,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 lock.release()
             raise ToolError(f"start_run: the {backend} state backend: {exc}") from None
         driven = DrivenRun(run, outline, file, mode, None, holder=lock)
-        token = record_driver(driven, mode)
+        token = record_driver(driven, mode, client_name(context))
         for decl in compiled.program.inputs:
             if decl.name in given:
                 statement = next(s for s in outline.statements.values()
@@ -213,6 +240,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         """Continue a run: a fresh VM token (the old one stops working), its status and
         outline. take_over: take a run another driver holds. inputs: missing inputs."""
         known = ctx.registry.runs.get(run_id)
+        check_hand_over(known, take_over)
         held = known is not None and known.holder is not None and known.holder.held
         driven = ctx.registry.claim(run_id, take_over)
         try:
@@ -232,13 +260,16 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         except Refusal:
             if not held:  # a refused call leaves no lock behind
                 ctx.registry.release(driven)
+            if driven.run.status != "running":  # nor open files of a finished run
+                ctx.catalog.release(run_id)
             raise
         for name, value in given.items():
             statement = next(s for s in driven.outline.statements.values()
                              if s.kind == "input" and s.binds == name)
             driven.run.write_binding(BindingRef(name), value, "input", statement.source)
         mode = HOST if driven.mode == ENGINE else driven.mode
-        token = record_driver(driven, mode)
+        token = record_driver(driven, mode, client_name(context),
+                              taking_over=known is not None and known.driver is not None)
         extra = None
         if mode != HOST and mode in ctx.modes:
             hook = ctx.modes[mode]
@@ -293,6 +324,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         run.finish(status, error or None)
         driven.render()  # after finishing: state.md shows the run's final status
         ctx.registry.release(driven)
+        ctx.catalog.release(run.id)
         await ctx.changed(run.id)
         result = CompleteResult(run_id=run.id, status=status, outputs=outputs)
         text = f"run {run.id} {status}" + "".join(f"\noutput {o.name}: {o.location}"

@@ -282,6 +282,11 @@ class StateStore:
     def close(self) -> None:
         self.backend.close()
 
+    def release(self, run_id: str) -> None:
+        """Close the files and connections this store holds open for ``run_id`` (see
+        :meth:`Backend.release`)."""
+        self.backend.release(run_id)
+
     def __enter__(self) -> StateStore:
         return self
 

@@ -147,6 +147,11 @@ class Backend(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
+    def release(self, run_id: str) -> None:  # noqa: B027 - optional hook
+        """Close what this process holds open for ``run_id`` and its import runs (files,
+        connections); a later call opens it again. A long-lived process calls it when a run
+        ends, so its descriptors do not grow with the runs it served."""
+
 
 def segment_name(agent: str, number: int) -> str:
     return f"{agent}-{number:03d}.md"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import itertools
 import json
 import os
@@ -94,8 +95,12 @@ class AppendLog:
         self._synced = 0
         self._torn = False  # a failed write may have left part of a line
 
-    def append(self, line: str, *, durable: bool) -> None:
+    def append(self, line: str, *, durable: bool) -> bool:
+        """Append ``line``; False (nothing written) once the log was closed (the backend
+        released the run meanwhile: the caller opens it again)."""
         with self._write_lock, disk_errors(self.path):
+            if self._fd < 0:
+                return False
             data = memoryview((("\n" if self._torn else "") + line + "\n").encode("utf-8"))
             self._torn = True
             while data:
@@ -104,19 +109,32 @@ class AppendLog:
             self._written += 1
             mine = self._written
         if not durable:
-            return
+            return True
         with self._sync_lock, disk_errors(self.path):
             if self._synced >= mine:
-                return
+                return True
             covered = self._written
-            os.fsync(self._fd)
+            if self._fd >= 0:
+                os.fsync(self._fd)
+            else:  # closed since the write: the file's data is synced through another fd
+                fd = open_nofollow(self.path, os.O_WRONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             self._synced = covered
+        return True
 
     def close(self) -> None:
-        with self._write_lock:
+        with self._write_lock, self._sync_lock:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def _owned(key: str, run_id: str) -> bool:
+    """Whether a cache key (``RUN`` or ``RUN/...``) belongs to ``run_id`` or its imports."""
+    return key == run_id or key.startswith(f"{run_id}/")
 
 
 def format_binding(binding: Binding) -> str:
@@ -358,14 +376,16 @@ class FilesystemBackend(Backend):
         else:
             self.remove_run_dir(run_id)
 
+    def release(self, run_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._logs if _owned(k, run_id)]:
+                self._logs.pop(key).close()
+
     def forget(self, run_id: str) -> None:
         """Drop what this backend caches about a run that is being removed."""
-        def owned(key: str) -> bool:
-            return key == run_id or key.startswith(f"{run_id}/")
-
+        owned = functools.partial(_owned, run_id=run_id)
+        self.release(run_id)
         with self._lock:
-            for key in [k for k in self._logs if owned(k)]:
-                self._logs.pop(key).close()
             for key in [k for k in self._binding_dirs if owned(k)]:
                 del self._binding_dirs[key]
         with self._capability_lock:
@@ -523,13 +543,15 @@ class FilesystemBackend(Backend):
     # ------------------------------------------------------------------ journal
     def _append(self, run_id: str, file: str, line: str, *, durable: bool) -> None:
         key = f"{run_id}/{file}"
-        log = self._logs.get(key)
-        if log is None:
-            with self._lock:
-                log = self._logs.get(key)
-                if log is None:
-                    log = self._logs[key] = AppendLog(self._run_file(run_id, file))
-        log.append(line, durable=durable)
+        while True:  # again when the run was released between lookup and append
+            log = self._logs.get(key)
+            if log is None:
+                with self._lock:
+                    log = self._logs.get(key)
+                    if log is None:
+                        log = self._logs[key] = AppendLog(self._run_file(run_id, file))
+            if log.append(line, durable=durable):
+                return
 
     def append_journal(self, run_id: str, entry: JournalEntry, *, durable: bool) -> None:
         self._append(run_id, "journal.jsonl", entry_to_json(entry), durable=durable)

@@ -96,6 +96,8 @@ class SqliteBackend(SqlBackend):
         self._ready: set[Path] = set()
         self._ready_lock = threading.Lock()
         self._all: list[tuple[Path, sqlite3.Connection]] = []
+        #: Each thread's connections by database (see :meth:`release`).
+        self._caches: list[dict[Path, sqlite3.Connection]] = []
         self._writers: dict[Path, threading.Lock] = {}
 
     def db_path(self, run_id: str | None, scope: str) -> Path:
@@ -107,7 +109,11 @@ class SqliteBackend(SqlBackend):
         return self.files.contained(self.files.run_dir(run_id)) / "state.db"
 
     def _connection(self, path: Path) -> sqlite3.Connection:
-        cache: dict[Path, sqlite3.Connection] = self._local.__dict__.setdefault("conns", {})
+        cache: dict[Path, sqlite3.Connection] | None = self._local.__dict__.get("conns")
+        if cache is None:
+            cache = self._local.conns = {}
+            with self._ready_lock:
+                self._caches.append(cache)
         conn = cache.get(path)
         if conn is None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -210,14 +216,7 @@ class SqliteBackend(SqlBackend):
     def delete_run(self, run_id: str, *, keep_shared: bool = False) -> None:
         directory = self.files.run_dir(run_id)
         self.load_run(run_id)  # RunNotFound unless this backend holds it
-        with self._ready_lock:  # this process's connections to the run's databases
-            inside = [(p, c) for p, c in self._all if p.is_relative_to(directory)]
-            self._all = [(p, c) for p, c in self._all if not p.is_relative_to(directory)]
-            self._ready -= {p for p, _ in inside}
-            cache = self._local.__dict__.get("conns", {})
-            for path, conn in inside:
-                cache.pop(path, None)
-                conn.close()
+        self._ready -= self._close_connections(directory)
         self.files.forget(run_id)
         if keep_shared or (directory / "run.json").exists():
             self.files.remove_parts(run_id, ["state.db", "state.db-wal", "state.db-shm"])
@@ -241,12 +240,31 @@ class SqliteBackend(SqlBackend):
                                          self.table_location(candidate, "capabilities"))
         return None
 
+    def release(self, run_id: str) -> None:
+        self._close_connections(self.files.run_dir(run_id))
+        self.files.release(run_id)
+
+    def _close_connections(self, directory: Path) -> set[Path]:
+        """Close every thread's connections to the databases under ``directory`` (a run's,
+        with its imports'); returns their paths."""
+        with self._ready_lock:
+            inside = [(p, c) for p, c in self._all if p.is_relative_to(directory)]
+            self._all = [(p, c) for p, c in self._all if not p.is_relative_to(directory)]
+            for cache in self._caches:
+                for path, _ in inside:
+                    cache.pop(path, None)
+        for _, conn in inside:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        return {path for path, _ in inside}
+
     def close(self) -> None:
         """Close every thread's connections; the last one to close folds the WAL back into
         the database, so a finished run leaves only ``state.db``."""
         with self._ready_lock:
             connections, self._all = self._all, []
             self._local = threading.local()
+            self._caches = []
         vacuumed: set[Path] = set()
         for path, conn in connections:
             if path not in vacuumed:
