@@ -26,9 +26,11 @@ output o = session "final"
 '''
 
 
-def two_steps_script(latency: float) -> str:
-    """A scripted provider for TWO_STEPS whose sessions take ``latency`` seconds each and
-    whose call log (calls.jsonl) shows each start."""
+def two_steps_script(latency: float, final: float | None = None) -> str:
+    """A scripted provider for TWO_STEPS whose sessions take ``latency`` seconds each (the
+    final one ``final`` seconds, if given: an hour keeps a run alive until it is signalled,
+    however slow the machine) and whose call log (calls.jsonl) shows each start."""
+    final_latency = "" if final is None else f"\n    latency: {final}"
     return f'''\
 latency: {latency}
 call_log: calls.jsonl
@@ -36,7 +38,7 @@ sessions:
   - match: "step (\\\\w)"
     output: "did \\\\1"
   - match: "final"
-    output: "final"
+    output: "final"{final_latency}
 '''
 
 

@@ -57,6 +57,7 @@ def _as_printed(args: list[str], cwd, env) -> subprocess.CompletedProcess:
 
 
 def test_the_interrupt_hint_resumes_as_printed(project, backend, env):
+    (project / "s.yaml").write_text(two_steps_script(0.5, final=3600))  # alive till signalled
     run = prose(project, "run", "p.prose", "--state", backend, *SCRIPTED,
                 "--max-concurrency", "3", name="run")
     try:
@@ -68,6 +69,7 @@ def test_the_interrupt_hint_resumes_as_printed(project, backend, env):
     err = (project / "run.err").read_text()
     args = _hint(err, "interrupted; the run is consistent: ")
     assert args[2:] == []  # no flags: the run knows its provider, script and backend
+    (project / "s.yaml").write_text(SCRIPT)
     done = _as_printed(args, project, env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["outputs"] == {"o": "final"}

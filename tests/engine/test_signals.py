@@ -26,11 +26,12 @@ from openprose.state import open_store
 
 PROGRAM = TWO_STEPS
 SCRIPT = two_steps_script(0.6)
+HELD = two_steps_script(0.6, final=3600)  # the run is alive when the signal comes
 
 
 @pytest.fixture
 def project(tmp_path, backend, monkeypatch):
-    yield from make_project(tmp_path / "project", PROGRAM, SCRIPT, backend, monkeypatch)
+    yield from make_project(tmp_path / "project", PROGRAM, HELD, backend, monkeypatch)
 
 
 def _interrupt(project, backend, signals, gap=0.0):
@@ -61,6 +62,7 @@ def test_sigterm_interrupts_like_ctrl_c_and_the_run_resumes(project, backend):
         f"interrupted; the run is consistent: prose resume {run_id}"
     assert "Traceback" not in err
     assert _status(project, backend, run_id) == "interrupted"
+    (project / "s.yaml").write_text(SCRIPT)
     resumed = subprocess.run([*CLI, "resume", run_id, "--state", backend, *SCRIPTED, "--json"],
                              cwd=project, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
