@@ -498,6 +498,13 @@ def execute(job: Any, provider: Any, as_json: bool, project: str,
                              bash=grants.get("allow_bash", False),
                              network=grants.get("allow_network", False),
                              unsandboxed=grants.get("allow_unsandboxed", False))
+    from openprose.engine.skills import resolve_skills
+    from openprose.state import settings
+
+    job.work.skills, skill_warnings = resolve_skills(job.program, job.file, Path(project),
+                                                     settings(Path(project)))
+    for warning in skill_warnings:  # at the start, before any session runs
+        click.echo(f"warning: {warning}", err=True)
     with _Stop(interrupted) as stop:
         try:
             if progress is not None:
@@ -517,6 +524,7 @@ def execute(job: Any, provider: Any, as_json: bool, project: str,
         except StateError as err:
             _refuse("run" if job.run_id is None else "resume", str(err))
     if as_json:
+        outcome.warnings[:0] = skill_warnings
         click.echo(json.dumps(outcome.to_dict(), ensure_ascii=False, default=str))
     else:
         _print_outcome(outcome, project)

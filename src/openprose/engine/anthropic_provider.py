@@ -350,7 +350,22 @@ def work_note(request: SessionRequest) -> str:
             "and bash (paths relative to the project). Your permissions: read "
             f"{perms.get('read')}, write {perms.get('write')}, shell {perms.get('bash')}, "
             f"network {perms.get('network')}; .prose/ is off limits. A refused call comes "
-            "back as an error naming the rule: do not retry it.")
+            "back as an error naming the rule: do not retry it." + skills_note(request))
+
+
+def skills_note(request: SessionRequest) -> str:
+    """The session's skills: name and description up front, the folder to read on demand."""
+    skills = request.work.skills() if request.work is not None else []
+    if not skills:
+        return ""
+    project = request.work.gate.project if request.work is not None else None
+    lines = ["", "Your skills (when one fits the task, read its SKILL.md first, then the "
+             "files it names, with the read tool):"]
+    for skill in skills:
+        where = skill.folder.relative_to(project) if project is not None and \
+            skill.folder.is_relative_to(project) else skill.folder
+        lines.append(f"- {skill.name}: {skill.description} ({where}/SKILL.md)")
+    return "\n".join(lines)
 
 
 def _session_task(request: SessionRequest) -> str:

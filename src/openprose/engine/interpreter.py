@@ -462,9 +462,12 @@ class Interpreter:
                    ) -> WorkTools | None:
         if self.options.work is None:
             return None
-        gate = self.options.work.policy.gate(node.agent, permissions, self.source_of(node))
+        setup = self.options.work
+        skills = {name: setup.skills[name].folder
+                  for name in shape(node, self.agents).skills if name in setup.skills}
+        gate = setup.policy.gate(node.agent, permissions, self.source_of(node), skills)
         key = ctx.path
-        return self.options.work.tools(gate, lambda record: self.journal.record_tool(
+        return setup.tools(gate, lambda record: self.journal.record_tool(
             key, record.to_meta()))
 
     async def open_session(self, spec: SessionSpec) -> OpenSession:

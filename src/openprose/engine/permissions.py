@@ -140,17 +140,21 @@ class Policy:
         self.project = Path(os.path.realpath(self.project))
 
     def gate(self, agent: str | None, permissions: Permissions | None,
-             statement: str = "") -> Gate:
+             statement: str = "", skills: dict[str, Path] | None = None) -> Gate:
+        """``skills``: the folders of the session's skills (name → folder), readable by it
+        wherever they are."""
         return Gate(self, agent or "(no agent)", (permissions or Permissions()).effective(),
-                    statement)
+                    statement, skills or {})
 
 
 class Gate:
     """One session's permissions, applied to each call it makes."""
 
     def __init__(self, policy: Policy, agent: str, permissions: Permissions,
-                 statement: str) -> None:
+                 statement: str, skills: dict[str, Path] | None = None) -> None:
         self.policy = policy
+        self.skills = {name: Path(os.path.realpath(folder))
+                       for name, folder in (skills or {}).items()}
         self.agent = agent
         self.permissions = permissions
         self.statement = statement
@@ -176,6 +180,10 @@ class Gate:
         real = Path(os.path.realpath(lexical))
         patterns = self.write_patterns if write else self.read_patterns
         state = root / STATE_DIR
+        if not write:
+            for name, folder in self.skills.items():
+                if _within(real, folder):
+                    return Decision(True, f"skill '{name}'", path), real
         if _within(real, state) or _within(lexical, state):
             rule = f"{STATE_DIR}/ is never {'writable' if write else 'readable'} by a session"
             return self._refuse(rule, path, f"{verb} {path}"), None

@@ -23,6 +23,7 @@ from anthropic.lib.tools.agent_toolset import AgentToolContext, beta_agent_tools
 
 from openprose.engine import sandbox as sandboxes
 from openprose.engine.permissions import STATE_DIR, Consent, Decision, Gate, Grants, Policy
+from openprose.engine.skills import Skill
 
 FILE_TOOLS = ("read", "write", "edit", "glob", "grep")
 TOOLS = (*FILE_TOOLS, "bash")
@@ -64,6 +65,8 @@ class WorkSetup:
     command_timeout: float = sandboxes.DEFAULT_TIMEOUT
     result_cap: int = RESULT_CAP
     env: Mapping[str, str] | None = None
+    #: The program's skills, resolved (name → skill).
+    skills: dict[str, Skill] = field(default_factory=dict)
 
     def tools(self, gate: Gate, record: Callable[[ToolRecord], None]) -> WorkTools:
         return WorkTools(self, gate, record)
@@ -107,6 +110,8 @@ class WorkTools:
         project = self.gate.project
         outside = [Path(p.base) for p in (*self.gate.read_patterns, *self.gate.write_patterns)
                    if not p.inside and Path(p.base).is_dir()]
+        outside += [folder for folder in self.gate.skills.values()
+                    if not folder.is_relative_to(project)]
         context = AgentToolContext(workdir=str(project), allowed_roots=outside,
                                    read_only_roots=[project / STATE_DIR],
                                    max_file_bytes=MAX_FILE_BYTES, env={})
@@ -125,6 +130,11 @@ class WorkTools:
     @property
     def agent(self) -> str:
         return self.gate.agent
+
+    def skills(self) -> list[Skill]:
+        """The session's skills, as offered to it (name, description, folder)."""
+        return [self.setup.skills[name] for name in self.gate.skills
+                if name in self.setup.skills]
 
     def definitions(self) -> list[dict[str, Any]]:
         """Tool definitions for the Messages API: the ones this session can use at all."""
