@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,12 @@ async def _no_sleep(seconds: float) -> None:
 
 
 def _start(root: Path, source: str, script: dict, backend: str, run_id: str | None = None,
-           inputs: dict | None = None):
+           inputs: dict | None = None, provider: ScriptedProvider | None = None):
     program = compile_or_raise(source, "p.prose")
     job = runner.Job(source=source, file="p.prose", program=program, project_root=root,
                      backend=backend, inputs=inputs or {}, run_id=run_id,
                      options=Options(sleep=_no_sleep))
-    provider = ScriptedProvider(script)
+    provider = provider or ScriptedProvider(script)
     return asyncio.run(runner.execute(job, provider)), provider
 
 
@@ -82,14 +83,34 @@ output all = session "join"
 '''
 
 
+class _FailsOnceOthersCommitted(ScriptedProvider):
+    """"branch A" answers (and fails) only once the sessions ``keys`` are committed."""
+
+    def __init__(self, script: dict, keys: set[str]) -> None:
+        super().__init__(script)
+        self.waiting, self.committed = set(keys), threading.Event()
+
+    def record_commit(self, key: str) -> None:
+        super().record_commit(key)
+        self.waiting.discard(key)
+        if not self.waiting:
+            self.committed.set()
+
+    async def run_session(self, request, io):
+        if "branch A" in request.prompt:
+            assert await asyncio.to_thread(self.committed.wait, 60)
+        return await super().run_session(request, io)
+
+
 def test_parallel_branches_keep_their_own_results_when_order_changes(tmp_path, backend):
-    # First attempt: C finishes first, B second, A fails last.
+    # First attempt: C finishes first, B second, A fails once both are committed.
     script1 = {"sessions": [
-        {"match": "branch A", "fail": 9, "latency": 1.0},  # well after B and C
+        {"match": "branch A", "fail": 9},
         {"match": "branch B", "output": "result B", "latency": 0.05},
         {"match": "branch C", "output": "result C", "latency": 0.0},
         {"match": "join", "output": "joined"}]}
-    first, _ = _start(tmp_path, PARALLEL, script1, backend)
+    first, _ = _start(tmp_path, PARALLEL, script1, backend,
+                      provider=_FailsOnceOthersCommitted(script1, {"0|1", "0|2"}))
     assert first.status == "failed"
     # Resume: A is now the fastest.
     script2 = {"sessions": [
