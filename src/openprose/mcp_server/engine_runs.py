@@ -10,6 +10,7 @@ down, leaving every run resumable.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 
 from openprose.engine import EngineError, Options, Provider, runner
 from openprose.engine.events import Event
+from openprose.engine.permissions import Consent, ConsentRequest
+from openprose.engine.work_tools import default_setup
 from openprose.mcp_server.guided import HostProvider
 
 Watcher = Callable[[Event], None]
@@ -70,6 +73,9 @@ class EngineRun:
     on_end: Callable[[EngineRun], Any] | None = None
     task: asyncio.Task[None] | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Who answers the run's consent questions now (the client of a run_program call in
+    #: flight, through elicitation); ``None``: nobody, and such calls are refused.
+    consent: Consent | None = None
 
     @property
     def host(self) -> HostProvider | None:
@@ -85,6 +91,8 @@ class EngineRun:
 
     def start(self) -> None:
         lines = self.job.source.splitlines()
+        if self.job.work is None:
+            self.job.work = default_setup(self.job.project_root, consent=self.ask)
 
         def listen(event: Event) -> None:
             self.progress.note(event, lines)
@@ -112,6 +120,13 @@ class EngineRun:
                 result = self.on_end(self)
                 if asyncio.iscoroutine(result):
                     await result
+
+    async def ask(self, request: ConsentRequest) -> str | None:
+        """A consent question of the run, put to whoever can answer it now."""
+        if self.consent is None:
+            return None
+        answer = self.consent(request)
+        return await answer if inspect.isawaitable(answer) else answer
 
     async def cancel(self) -> None:
         """Interrupt the run: in-flight sessions end, the run is left resumable."""

@@ -27,9 +27,11 @@ from pydantic import BaseModel, Field, create_model
 
 from openprose.engine import EngineError, Provider, ProviderUnavailable
 from openprose.engine.events import Event
+from openprose.engine.permissions import Consent
 from openprose.engine.runner import make_provider
 from openprose.language import nodes as n
 from openprose.mcp_server.briefing import GUIDED_TOOLS, START, brief_reply
+from openprose.mcp_server.consent import elicit_consent
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.engine_results import (
     CancelResult,
@@ -86,7 +88,7 @@ class EngineModes:
         self.delegated = DelegatedMode(self)
 
     async def launch(self, run_id: str, mode: str, provider: Provider, backend: str,
-                     concurrency: int) -> EngineRun:
+                     concurrency: int, consent: Consent | None = None) -> EngineRun:
         """Start (or continue) ``run_id`` in the engine; finished work is reused."""
         old = self.engines.get(run_id)
         if old is not None:
@@ -97,7 +99,8 @@ class EngineModes:
         except EngineError as err:
             await provider.aclose()
             raise ToolError(f"run {run_id} cannot be continued: {err}") from None
-        run = self.engines.add(EngineRun(run_id, mode, provider, job, on_end=self._ended))
+        run = self.engines.add(EngineRun(run_id, mode, provider, job, on_end=self._ended,
+                                         consent=consent))
         run.start()
         return run
 
@@ -535,12 +538,16 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
                               meta={"provider": name, "script": script,
                                     "max_concurrency": max_concurrency})
         created.record_result(DRIVER_KEY, status="driver", meta={"mode": DELEGATED})
-        run = await modes.launch(created.id, DELEGATED, engine, store.kind, max_concurrency)
+        run = await modes.launch(created.id, DELEGATED, engine, store.kind, max_concurrency,
+                                 elicit_consent(context) if wait else None)
         if not wait:
             result = report(run)
             result.hint = "get_run(run_id) shows its progress; cancel_run(run_id) stops it"
             return compact(result, report_text(result))
-        await follow(run, context)
+        try:
+            await follow(run, context)
+        finally:  # nobody answers once this call has returned
+            run.consent = None
         result = report(run)
         return compact(result, report_text(result))
 
