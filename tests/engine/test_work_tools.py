@@ -352,3 +352,71 @@ def test_prose_show_lists_each_sessions_calls_with_refusals_marked(project):
         capture_output=True, text=True, timeout=60).stdout)
     assert [(c["tool"], c["allowed"], c["session"]) for c in data["tool_calls"]] == [
         ("read", True, "2"), ("write", False, "2")]
+
+
+def test_more_path_attacks_are_refused(project, tmp_path):
+    """A NUL byte, a hard link to a file elsewhere, a link into .prose/, and .git/ (whose
+    hooks would run on the user's next commit) unless a pattern names it."""
+    (tmp_path / "victim.txt").write_text("victim\n")
+    os.link(tmp_path / "victim.txt", project / "src" / "hard.txt")
+    (project / "src" / "state").symlink_to(project / ".prose")
+    (project / ".git" / "hooks").mkdir(parents=True)
+    script = {"sessions": [_session([
+        {"read": "src/app\x00.py"},
+        {"write": {"file_path": "src/hard.txt", "content": "pwned"}},
+        {"write": {"file_path": "src/state/evil", "content": "x"}},
+        {"write": {"file_path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n"}},
+    ])]}
+    source = ('agent any:\n  prompt: "a"\n  permissions:\n    write: ["**"]\n'
+              'output r = session: any\n  prompt: "go"\n')
+    outcome, _ = _run(project, source, script)
+    assert outcome.status == "completed", outcome.error
+    rules = [c["rule"] for c in _tools(project, outcome.run_id)]
+    assert rules[0].startswith("not a usable path: path 'src/app")
+    assert rules[1:] == ["a hard link may lead outside the project",
+                         ".prose/ is never writable by a session",
+                         ".git/ is writable only when a write: pattern names it"]
+    assert (tmp_path / "victim.txt").read_text() == "victim\n"
+    assert not (project / ".git" / "hooks" / "pre-commit").exists()
+    named = ('agent git:\n  prompt: "g"\n  permissions:\n    write: [".git/hooks/**"]\n'
+             'output r = session: git\n  prompt: "go"\n')
+    outcome, _ = _run(project, named, {"sessions": [_session([
+        {"write": {"file_path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n"}}])]})
+    assert _tools(project, outcome.run_id)[0]["allowed"]
+
+
+def test_grep_is_not_fooled_by_a_file_name_with_a_line_number(project):
+    (project / "src" / "x:1:y.py").write_text("return 1\n")
+    (project / "notes:2:z.txt").write_text("return secret\n")
+    script = {"sessions": [_session([{"grep": "return"}], output=None)]}
+    outcome, _ = _run(project, AGENTS + 'output r = session: reviewer\n  prompt: "go"\n',
+                      script)
+    text = outcome.outputs["r"]
+    assert "src/x:1:y.py:1:return 1" in text and "secret" not in text
+
+
+@needs_sandbox
+def test_a_command_cannot_change_git_or_reach_run_and_is_killed_at_its_timeout(project):
+    (project / ".git").mkdir()
+    (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    setup = WorkSetup(Policy(project), command_timeout=1, result_cap=2000)
+    script = {"sessions": [_session([
+        {"bash": "echo x > .git/HEAD"},
+        {"bash": "ls -A /run | wc -l"},
+        {"bash": "head -c 100000 /dev/zero | tr '\\\\0' a"},
+        {"bash": "sleep 30"},
+    ], output=None)]}
+    source = ('agent any:\n  prompt: "a"\n  permissions:\n    write: ["**"]\n    bash: allow\n'
+              'output r = session: any\n  prompt: "go"\n')
+    program = compile_or_raise(source, "p.prose")
+    job = runner.Job(source=source, file="p.prose", program=program, project_root=project,
+                     options=Options(sleep=_no_sleep, work=setup))
+    outcome = asyncio.run(runner.execute(job, ScriptedProvider(script)))
+    text = outcome.outputs["r"]
+    assert (project / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+    assert "$ bash ls -A /run | wc -l\n0" in text
+    assert "[... 98000 bytes of output omitted ...]" in text
+    assert "[killed after 1 s]" in text
+    calls = _tools(project, outcome.run_id)
+    assert calls[0]["exit_code"] == 1 and calls[2]["bytes"] == 100000
+    assert "exit_code" not in calls[3]  # killed: no exit status

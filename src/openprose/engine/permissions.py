@@ -21,10 +21,13 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import stat
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from openprose.paths import PathRefused, checked_text
 
 MODES = ("allow", "deny", "prompt")
 #: Settings (environment or ``.prose/.env``) that give the user's consent up front.
@@ -33,6 +36,9 @@ ALLOW_NETWORK = "OPENPROSE_ALLOW_NETWORK"
 ALLOW_UNSANDBOXED = "OPENPROSE_ALLOW_UNSANDBOXED_BASH"
 #: The project's own state: off limits to work tools.
 STATE_DIR = ".prose"
+#: The project's repository: its hooks run code on the user's next commit, so it is written
+#: only where a program's write: pattern names it.
+GIT_DIR = ".git"
 #: Characters that make a command line more than one command: an ``execute:`` pattern never
 #: vouches for such a line (it is asked for, or refused, like any other).
 _COMPOUND = re.compile(r"[;&|`$<>()\n\\]")
@@ -175,18 +181,28 @@ class Gate:
         somewhere under it; the caller shows only the matches a read would allow."""
         verb = "write" if write else "read"
         root = self.project
-        raw = os.path.expanduser(path)
-        lexical = Path(os.path.normpath(raw if os.path.isabs(raw) else root / raw))
-        real = Path(os.path.realpath(lexical))
+        try:
+            raw = os.path.expanduser(checked_text(path, "path"))
+            lexical = Path(os.path.normpath(raw if os.path.isabs(raw) else root / raw))
+            real = Path(os.path.realpath(lexical))
+        except (PathRefused, ValueError, OSError) as err:
+            return self._refuse(f"not a usable path: {err}", path, f"{verb} {path!r}"), None
         patterns = self.write_patterns if write else self.read_patterns
         state = root / STATE_DIR
         if not write:
             for name, folder in self.skills.items():
                 if _within(real, folder):
                     return Decision(True, f"skill '{name}'", path), real
-        if _within(real, state) or _within(lexical, state):
+        if _within(real, state) or _within(lexical, state) or _same_dir_inside(real, state):
             rule = f"{STATE_DIR}/ is never {'writable' if write else 'readable'} by a session"
             return self._refuse(rule, path, f"{verb} {path}"), None
+        if write and (_within(real, root / GIT_DIR) or _same_dir_inside(real, root / GIT_DIR)) \
+                and not any(Path(p.base).is_relative_to(root / GIT_DIR) for p in patterns):
+            rule = f"{GIT_DIR}/ is writable only when a write: pattern names it"
+            return self._refuse(rule, path, f"{verb} {path}"), None
+        if write and _linked_elsewhere(real):
+            return self._refuse("a hard link may lead outside the project", path,
+                                f"{verb} {path}"), None
         inside = _within(real, root)
         granted = any(p.match(str(real)) or (listing and p.under(real)) for p in patterns)
         if inside and granted:
@@ -215,6 +231,15 @@ class Gate:
             if base.exists() and not _within(base, self.project / STATE_DIR):
                 roots.append(base)
         return roots
+
+    def kept_read_only(self) -> list[Path]:
+        """Places inside the write roots a command must still not change: ``.git/``
+        unless a write pattern names it (``.prose/`` is always read-only in the sandbox)."""
+        git = self.project / GIT_DIR
+        if not git.exists() or any(Path(p.base).is_relative_to(git)
+                                   for p in self.write_patterns):
+            return []
+        return [git]
 
     # ------------------------------------------------------------------ commands, network
 
@@ -359,6 +384,33 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
 
 def _within(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
+
+
+def _same_dir_inside(path: Path, directory: Path) -> bool:
+    """Whether ``path`` lies in ``directory`` by identity of files, not spelling (a file
+    system that ignores case makes ``.PROSE/x`` the state directory)."""
+    try:
+        wanted = os.stat(directory)
+    except OSError:
+        return False
+    for parent in (path, *path.parents):
+        try:
+            found = os.stat(parent)
+        except OSError:
+            continue
+        if (found.st_dev, found.st_ino) == (wanted.st_dev, wanted.st_ino):
+            return True
+    return False
+
+
+def _linked_elsewhere(path: Path) -> bool:
+    """A regular file with more than one name: a write through one changes the other,
+    which may be anywhere on the file system."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_nlink > 1
 
 
 def _shown(patterns: list[Pattern], root: Path) -> str:

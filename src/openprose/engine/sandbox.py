@@ -91,14 +91,21 @@ def command_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def argv_for(sandbox: Sandbox, command: str, *, project: Path, write_roots: list[Path],
-             network: bool) -> list[str]:
-    """The process to start for ``command`` under ``sandbox``."""
+             network: bool, read_only: list[Path] | None = None) -> list[str]:
+    """The process to start for ``command`` under ``sandbox`` (``read_only``: places inside
+    the write roots that stay read-only)."""
     state = project / ".prose"
+    kept = list(read_only or [])
     if sandbox.kind == "bubblewrap":
+        # /tmp and /run are private and empty: no other process's files or sockets (a
+        # container runtime's, a desktop bus's) are reachable from the command.
         argv = [sandbox.program or "bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp",
-                "--ro-bind", str(project), str(project)]
+                "--tmpfs", "/run", "--ro-bind", str(project), str(project)]
         for root in write_roots:
             argv += ["--bind", str(root), str(root)]
+        for place in kept:
+            if place.exists():
+                argv += ["--ro-bind", str(place), str(place)]
         if state.is_dir():
             argv += ["--ro-bind", str(state), str(state)]
             if (state / ".env").exists():
@@ -110,11 +117,12 @@ def argv_for(sandbox: Sandbox, command: str, *, project: Path, write_roots: list
         return [*argv, "--chdir", str(project), "/bin/bash", "-c", command]
     if sandbox.kind == "sandbox-exec":
         return [sandbox.program or "sandbox-exec", "-p",
-                _seatbelt(project, write_roots, network), "/bin/bash", "-c", command]
+                _seatbelt(project, write_roots, network, kept), "/bin/bash", "-c", command]
     return ["/bin/bash", "-c", command]
 
 
-def _seatbelt(project: Path, write_roots: list[Path], network: bool) -> str:
+def _seatbelt(project: Path, write_roots: list[Path], network: bool,
+              read_only: list[Path]) -> str:
     def quoted(path: Path | str) -> str:
         return '"' + str(path).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -123,6 +131,7 @@ def _seatbelt(project: Path, write_roots: list[Path], network: bool) -> str:
              f"(allow file-write* {writable} (subpath \"/private/tmp\") (subpath "
              f"\"/private/var/folders\") (literal \"/dev/null\"))",
              f"(deny file-write* (subpath {quoted(project / '.prose')}))",
+             *(f"(deny file-write* (subpath {quoted(place)}))" for place in read_only),
              f"(deny file-read* (literal {quoted(project / '.prose' / '.env')}))"]
     if not network:
         rules.append("(deny network*)")
@@ -131,11 +140,12 @@ def _seatbelt(project: Path, write_roots: list[Path], network: bool) -> str:
 
 async def run(sandbox: Sandbox, command: str, *, project: Path, write_roots: list[Path],
               network: bool, timeout: float = DEFAULT_TIMEOUT, cap: int = OUTPUT_CAP,
-              env: Mapping[str, str] | None = None) -> CommandResult:
+              env: Mapping[str, str] | None = None,
+              read_only: list[Path] | None = None) -> CommandResult:
     """Run ``command`` confined; stdout and stderr together, at most ``cap`` bytes kept
     (the head, then the tail), killed with all it started after ``timeout`` seconds."""
     argv = argv_for(sandbox, command, project=project, write_roots=write_roots,
-                    network=network)
+                    network=network, read_only=read_only)
     proc = await asyncio.create_subprocess_exec(
         *argv, cwd=str(project), env=command_env(env), stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

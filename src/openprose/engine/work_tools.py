@@ -12,6 +12,7 @@ run's journal; results are capped before they reach the model.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -33,7 +34,7 @@ MAX_FILE_BYTES = 256 * 1024
 #: Setting: seconds a shell command may take before it is killed.
 COMMAND_TIMEOUT = "OPENPROSE_BASH_TIMEOUT"
 _BASH_KEYS = {"command", "timeout_ms", "restart"}
-_GREP_LINE = re.compile(r"^(.*?):(\d+):")
+_GREP_LINE = re.compile(r":(\d+):")
 #: Anthropic's server tools for the web, offered when the session may use the network.
 WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 8}
 WEB_FETCH = {"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 8}
@@ -204,10 +205,11 @@ class WorkTools:
         not show what a read of the file would refuse)."""
         kept = []
         for line in text.splitlines():
-            found = _GREP_LINE.match(line) if name == "grep" else None
-            path = found.group(1) if found else line
-            if line.startswith("[output truncated") or line == "no matches" or \
-                    self.gate.path(path, write=False)[0].allowed:
+            if line.startswith("[output truncated") or line == "no matches":
+                kept.append(line)
+                continue
+            path = _grep_file(line) if name == "grep" else line
+            if path is not None and self.gate.path(path, write=False)[0].allowed:
                 kept.append(line)
         return "\n".join(kept) if kept else "no matches"
 
@@ -242,7 +244,8 @@ class WorkTools:
             timeout = min(timeout, asked / 1000)
         result = await sandboxes.run(
             box, command, project=self.gate.project, write_roots=self.gate.write_roots(),
-            network=network, timeout=timeout, cap=self.setup.result_cap, env=self.setup.env)
+            network=network, timeout=timeout, cap=self.setup.result_cap, env=self.setup.env,
+            read_only=self.gate.kept_read_only())
         failed = result.exit_code != 0
         text = result.output if not failed else \
             f"{result.output}\n[exit status {result.exit_code}]".lstrip("\n")
@@ -258,6 +261,16 @@ class WorkTools:
                                exit_code, len(text.encode()) if size is None else size,
                                round(time.monotonic() - started, 3)))
         return text
+
+
+def _grep_file(line: str) -> str | None:
+    """The file a ``path:line:text`` match is in: the first ``:N:`` whose prefix is a file
+    (a file name may itself hold ``:N:``); ``None`` when none is, and the line is dropped."""
+    for found in _GREP_LINE.finditer(line):
+        prefix = line[:found.start()]
+        if os.path.isfile(prefix):
+            return prefix
+    return None
 
 
 def cap(text: str, limit: int) -> str:
