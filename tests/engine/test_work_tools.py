@@ -420,3 +420,28 @@ def test_a_command_cannot_change_git_or_reach_run_and_is_killed_at_its_timeout(p
     calls = _tools(project, outcome.run_id)
     assert calls[0]["exit_code"] == 1 and calls[2]["bytes"] == 100000
     assert "exit_code" not in calls[3]  # killed: no exit status
+
+
+@needs_sandbox
+def test_a_command_sees_no_credentials_of_the_home(project):
+    home = project / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
+    (home / ".netrc").write_text("machine x password hunter2\n")
+    setup = WorkSetup(Policy(project), env={"HOME": str(home), "PATH": os.environ["PATH"]})
+    script = {"sessions": [_session([
+        {"bash": "cat $HOME/.ssh/id_ed25519; cat $HOME/.netrc; ls -A $HOME/.ssh | wc -l"}],
+        output=None)]}
+    source = ('agent any:\n  prompt: "a"\n  permissions:\n    bash: allow\n'
+              'output r = session: any\n  prompt: "go"\n')
+    job = runner.Job(source=source, file="p.prose", program=compile_or_raise(source, "p.prose"),
+                     project_root=project, options=Options(sleep=_no_sleep, work=setup))
+    text = asyncio.run(runner.execute(job, ScriptedProvider(script))).outputs["r"]
+    assert "PRIVATE KEY" not in text and "hunter2" not in text
+    assert text.rstrip().endswith("0")
+
+
+def test_the_consent_question_shows_control_characters_escaped():
+    from openprose.engine.permissions import shown
+
+    assert shown("rm -rf src\r\x1b[2Kecho hi") == "rm -rf src\\x0d\\x1b[2Kecho hi"

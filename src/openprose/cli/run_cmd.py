@@ -425,20 +425,23 @@ def _consent(as_json: bool, progress: Any) -> Any:
     on a thread of its own, the live progress display stepping aside."""
     if as_json or sys.stdin is None or not sys.stdin.isatty():
         return None
+    from openprose.engine.permissions import shown
+
     lock = asyncio.Lock()
 
     async def consent(request: Any) -> str | None:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[str | None] = loop.create_future()
         what = "run a shell command" if request.tool == "bash" else "use the network"
-        statement = request.statement.strip().splitlines()[0] if request.statement else ""
+        statement = shown(request.statement.strip().splitlines()[0]) if request.statement \
+            else ""
 
         def prompt() -> None:
             sys.stderr.write(f"\nagent '{request.agent}' wants to {what}\n")
             if statement:
                 sys.stderr.write(f"  statement: {statement}\n")
             if request.tool == "bash":
-                sys.stderr.write(f"  command:   {request.subject}\n")
+                sys.stderr.write(f"  command:   {shown(request.subject)}\n")
             while True:
                 line = _read_line("allow? [y]es / [n]o / [a]lways for this agent in this run")
                 word = None if line is None else line.strip().lower()

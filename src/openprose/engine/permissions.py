@@ -425,6 +425,13 @@ def _vouched(command: str, patterns: tuple[str, ...]) -> bool:
     return any(glob_regex(p).match(line) for p in patterns)
 
 
+def shown(text: str) -> str:
+    """``text`` safe to show a person: control characters (a carriage return, an escape
+    sequence that would redraw the line) written as ``\\xNN``, so what is asked about is
+    what runs."""
+    return "".join(c if c.isprintable() or c == " " else f"\\x{ord(c):02x}" for c in text)
+
+
 def _host(entry: str) -> str:
     """``https://host/path`` or ``host`` → ``host``."""
     text = entry.strip()

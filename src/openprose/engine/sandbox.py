@@ -27,6 +27,12 @@ DEFAULT_TIMEOUT = 120.0
 OUTPUT_CAP = 30_000
 #: The environment a command sees: these variables of ours, nothing else (no API keys,
 #: tokens or database URLs reach a command, its output or the model).
+#: Places in the user's home that hold credentials: hidden from commands (an empty folder,
+#: or an empty file, in their place). The rest of the home stays readable, so toolchains
+#: installed there (pyenv, ~/.local) still work.
+SECRET_PLACES = (".ssh", ".aws", ".gnupg", ".config", ".docker", ".kube", ".azure",
+                 ".netrc", ".git-credentials", ".npmrc", ".pypirc", ".claude", ".codex",
+                 ".prose")
 PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME",
               "SHELL", "VIRTUAL_ENV")
 
@@ -90,8 +96,22 @@ def command_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return passed
 
 
+def secret_places(project: Path, env: Mapping[str, str] | None = None) -> list[Path]:
+    """The credential places of the user's home that exist (never one holding the
+    project, which must stay visible)."""
+    home = Path((env or os.environ).get("HOME") or "/nonexistent")
+    found = []
+    for name in SECRET_PLACES:
+        place = home / name
+        if place.is_symlink() or not place.exists() or project.is_relative_to(place):
+            continue
+        found.append(place)
+    return found
+
+
 def argv_for(sandbox: Sandbox, command: str, *, project: Path, write_roots: list[Path],
-             network: bool, read_only: list[Path] | None = None) -> list[str]:
+             network: bool, read_only: list[Path] | None = None,
+             env: Mapping[str, str] | None = None) -> list[str]:
     """The process to start for ``command`` under ``sandbox`` (``read_only``: places inside
     the write roots that stay read-only)."""
     state = project / ".prose"
@@ -106,6 +126,11 @@ def argv_for(sandbox: Sandbox, command: str, *, project: Path, write_roots: list
         for place in kept:
             if place.exists():
                 argv += ["--ro-bind", str(place), str(place)]
+        for place in secret_places(project, env):
+            if place.is_dir():
+                argv += ["--tmpfs", str(place)]
+            else:
+                argv += ["--ro-bind", "/dev/null", str(place)]
         if state.is_dir():
             argv += ["--ro-bind", str(state), str(state)]
             if (state / ".env").exists():
@@ -117,12 +142,13 @@ def argv_for(sandbox: Sandbox, command: str, *, project: Path, write_roots: list
         return [*argv, "--chdir", str(project), "/bin/bash", "-c", command]
     if sandbox.kind == "sandbox-exec":
         return [sandbox.program or "sandbox-exec", "-p",
-                _seatbelt(project, write_roots, network, kept), "/bin/bash", "-c", command]
+                _seatbelt(project, write_roots, network, kept, secret_places(project, env)),
+                "/bin/bash", "-c", command]
     return ["/bin/bash", "-c", command]
 
 
 def _seatbelt(project: Path, write_roots: list[Path], network: bool,
-              read_only: list[Path]) -> str:
+              read_only: list[Path], hidden: list[Path]) -> str:
     def quoted(path: Path | str) -> str:
         return '"' + str(path).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -132,7 +158,8 @@ def _seatbelt(project: Path, write_roots: list[Path], network: bool,
              f"\"/private/var/folders\") (literal \"/dev/null\"))",
              f"(deny file-write* (subpath {quoted(project / '.prose')}))",
              *(f"(deny file-write* (subpath {quoted(place)}))" for place in read_only),
-             f"(deny file-read* (literal {quoted(project / '.prose' / '.env')}))"]
+             f"(deny file-read* (literal {quoted(project / '.prose' / '.env')}))",
+             *(f"(deny file-read* (subpath {quoted(place)}))" for place in hidden)]
     if not network:
         rules.append("(deny network*)")
     return "".join(rules)
@@ -145,7 +172,7 @@ async def run(sandbox: Sandbox, command: str, *, project: Path, write_roots: lis
     """Run ``command`` confined; stdout and stderr together, at most ``cap`` bytes kept
     (the head, then the tail), killed with all it started after ``timeout`` seconds."""
     argv = argv_for(sandbox, command, project=project, write_roots=write_roots,
-                    network=network, read_only=read_only)
+                    network=network, read_only=read_only, env=env)
     proc = await asyncio.create_subprocess_exec(
         *argv, cwd=str(project), env=command_env(env), stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

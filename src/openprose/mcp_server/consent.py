@@ -12,7 +12,7 @@ from typing import Literal
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from openprose.engine.permissions import Consent, ConsentRequest
+from openprose.engine.permissions import Consent, ConsentRequest, shown
 
 
 class ConsentAnswer(BaseModel):
@@ -28,7 +28,7 @@ def elicit_consent(context: Context) -> Consent | None:
         return None
 
     async def consent(request: ConsentRequest) -> str | None:
-        what = (f"run the shell command: {request.subject}" if request.tool == "bash"
+        what = (f"run the shell command: {shown(request.subject)}" if request.tool == "bash"
                 else "use the network (web search and fetch)")
         statement = request.statement.strip().splitlines()[0] if request.statement else ""
         message = (f"OpenProse: agent '{request.agent}' wants to {what}"
