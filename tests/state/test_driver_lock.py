@@ -247,6 +247,57 @@ def test_a_dead_holders_connection_is_waited_for_then_the_lock_taken(pg_stores, 
     lock.release()
 
 
+def test_a_live_driver_behind_a_dead_ones_record_is_named(pg_stores, program, project):
+    """A driver takes a run whose last driver died: for a moment it holds the lock while the
+    table still names the dead one. A refused driver waiting for the dead one's connection
+    to end sees the new record, and names the live driver at once."""
+    import psycopg
+
+    store = pg_stores.open()
+    run_id = _run(store, program).id
+    args = [project, "postgres", pg_stores.url, pg_stores.schema, run_id]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, *map(str, args)],
+                              stdout=subprocess.PIPE, text=True)
+    admin = psycopg.connect(pg_stores.url, autocommit=True)
+    name = f"openprose driver {run_id}"
+
+    def backends() -> list[tuple[int, str]]:
+        return admin.execute("SELECT pid, query FROM pg_stat_activity"
+                             " WHERE application_name = %s", (name,)).fetchall()
+
+    taken: list[object] = []
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        holder.kill()
+        holder.wait()
+        deadline = time.monotonic() + 60
+        while backends():  # until the server has ended the dead driver's connection
+            assert time.monotonic() < deadline, "the killed driver's connection never ended"
+            time.sleep(0.02)
+        # the live driver: its lock taken, its record not yet written
+        key = postgres.driver_key(pg_stores.schema, run_id)
+        assert admin.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+        second = threading.Thread(
+            target=lambda: taken.append(_outcome(lambda: store.driver_lock(run_id))))
+        second.start()
+        while second.is_alive() and not any("pg_stat_activity" in query
+                                            for _, query in backends()):
+            second.join(0.01)
+        admin.execute(f'UPDATE "{pg_stores.schema}".driver SET pid = %s, host = %s,'
+                      " since = %s WHERE run_id = %s",
+                      (os.getpid(), socket.gethostname(), "2026-01-01T00:00:00Z", run_id))
+        second.join(timeout=120)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        holder.stdout.close()
+        admin.close()
+    (refused,) = taken
+    assert isinstance(refused, RunLocked), refused
+    assert refused.holder is not None and refused.holder.pid == os.getpid(), str(refused)
+
+
 def _outcome(call):
     try:
         return call()

@@ -139,12 +139,16 @@ class PostgresBackend(SqlBackend):
                                      f"{err}") from err
         try:
             if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-                rows = conn.execute(self.q("SELECT pid, host, since FROM {p}driver"
-                                           " WHERE run_id = ?"), (run_id,)).fetchall()
-                found = DriverHolder(*rows[0]) if rows else None
+
+                def recorded() -> DriverHolder | None:
+                    rows = conn.execute(self.q("SELECT pid, host, since FROM {p}driver"
+                                               " WHERE run_id = ?"), (run_id,)).fetchall()
+                    return DriverHolder(*rows[0]) if rows else None
+
+                found = recorded()
                 if found is None or not _ended_here(found) or \
-                        not _after_backend_ends(conn, key, run_id, found):
-                    raise RunLocked(run_id, found)
+                        not _after_backend_ends(conn, key, run_id, found, recorded):
+                    raise RunLocked(run_id, recorded())
             conn.execute(self.q("INSERT INTO {p}driver (run_id, pid, host, since)"
                                 " VALUES (?,?,?,?) ON CONFLICT (run_id) DO UPDATE SET"
                                 " pid = excluded.pid, host = excluded.host,"
@@ -246,12 +250,14 @@ def _ended_here(holder: DriverHolder) -> bool:
     return False
 
 
-def _after_backend_ends(conn: Any, key: int, run_id: str, holder: DriverHolder) -> bool:
+def _after_backend_ends(conn: Any, key: int, run_id: str, holder: DriverHolder,
+                        recorded: Callable[[], DriverHolder | None]) -> bool:
     """Take the driver lock ``key`` once the server has ended the connection of its dead
-    holder: a killed process's connection, and the advisory lock with it, lives on until
+    ``holder``: a killed process's connection, and the advisory lock with it, lives on until
     PostgreSQL notices the closed socket. True when the lock is taken; False when another
-    driver took it first. Raises :class:`StateError` when the connection has not ended
-    within :data:`BACKEND_END_SECONDS`."""
+    driver holds it (``recorded``, the driver table's holder, names someone else). Raises
+    :class:`StateError` when the connection has not ended within
+    :data:`BACKEND_END_SECONDS`."""
     row = conn.execute(
         "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
         " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
@@ -260,6 +266,8 @@ def _after_backend_ends(conn: Any, key: int, run_id: str, holder: DriverHolder) 
     deadline = time.monotonic() + BACKEND_END_SECONDS
     while row is not None and conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s",
                                            (row[0],)).fetchone():
+        if recorded() != holder:  # a live driver took the run before its record was read
+            return False
         if time.monotonic() > deadline:
             raise StateError(
                 f"run {run_id}: its driver ({holder.describe()}) has ended, but PostgreSQL "
