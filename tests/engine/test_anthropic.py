@@ -271,3 +271,28 @@ def test_a_session_over_its_turn_limit_fails_naming_the_setting(server, tmp_path
     provider = AnthropicProvider(api_key="k", base_url=srv.url)
     with pytest.raises(Exception, match=r"within 2 turns.*OPENPROSE_MAX_TURNS"):
         _run('output s = session "Go"\n', provider, MemJournal())
+
+
+def test_network_prompt_asks_before_the_web_tools_are_offered(server, tmp_path):
+    from openprose.engine import runner
+    from openprose.engine.permissions import Policy
+    from openprose.engine.work_tools import WorkSetup
+
+    asked = []
+
+    def consent(request):
+        asked.append((request.agent, request.tool))
+        return answers.pop(0)
+
+    answers = ["no", "yes"]
+    srv = server([(200, {}, _message([{"type": "text", "text": "ok"}], "end_turn"))] * 2)
+    source = ('agent reader:\n  prompt: "r"\n'
+              'let a = session: reader\n  prompt: "one"\n'
+              'output b = session: reader\n  prompt: "two"\n')
+    job = runner.Job(source=source, file="w.prose", program=compile_or_raise(source, "w.prose"),
+                     project_root=tmp_path,
+                     options=Options(work=WorkSetup(Policy(tmp_path, consent=consent))))
+    asyncio.run(runner.execute(job, AnthropicProvider(api_key="k", base_url=srv.url)))
+    assert asked == [("reader", "network"), ("reader", "network")]
+    first, second = ({t["name"] for t in r["body"]["tools"]} for r in srv.requests)
+    assert "web_search" not in first and {"web_search", "web_fetch"} <= second

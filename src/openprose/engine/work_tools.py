@@ -62,7 +62,8 @@ class WorkSetup:
     """Run-wide: the permission policy, the sandbox and the limits every session shares."""
 
     policy: Policy
-    sandbox: sandboxes.Sandbox = field(default_factory=sandboxes.detect)
+    #: ``None``: this machine's, detected when a command first runs.
+    sandbox: sandboxes.Sandbox | None = None
     command_timeout: float = sandboxes.DEFAULT_TIMEOUT
     result_cap: int = RESULT_CAP
     env: Mapping[str, str] | None = None
@@ -229,7 +230,7 @@ class WorkTools:
         decision = await self.gate.command(command)
         if not decision.allowed:
             return self._done("bash", command, decision, started, decision.message), True
-        box = self.setup.sandbox
+        box = self.setup.sandbox = self.setup.sandbox or sandboxes.detect()
         if not box.confined and not self.gate.policy.grants.unsandboxed:
             refused = Decision(False, "no OS sandbox", command,
                                f"refused: agent '{self.agent}' may not run {command!r} (no OS "
