@@ -20,8 +20,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from anthropic.lib.tools.agent_toolset import AgentToolContext, beta_agent_toolset_20260401
-
 from openprose.engine import sandbox as sandboxes
 from openprose.engine.permissions import STATE_DIR, Consent, Decision, Gate, Grants, Policy
 from openprose.engine.skills import Skill
@@ -108,7 +106,14 @@ class WorkTools:
     def _toolset(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The file tools by name and the shell's definition, built on first use: building
         them costs milliseconds (pydantic schemas per tool), and most sessions (a host's, a
-        scripted one without tool calls) never use them."""
+        scripted one without tool calls) never use them. Its SDK module is imported here too:
+        importing it takes seconds on a loaded machine, which every ``prose`` command and
+        server start paid."""
+        from anthropic.lib.tools.agent_toolset import (
+            AgentToolContext,
+            beta_agent_toolset_20260401,
+        )
+
         project = self.gate.project
         outside = [Path(p.base) for p in (*self.gate.read_patterns, *self.gate.write_patterns)
                    if not p.inside and Path(p.base).is_dir()]
