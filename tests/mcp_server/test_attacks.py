@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -350,3 +351,62 @@ async def test_descriptors_stay_flat_however_many_runs_the_server_serves(root, b
         before = _descriptors()
         await serve(15)
         assert _descriptors() <= before
+
+
+# ------------------------------------------------------------------ paths Path rejects
+
+BAD_TEXTS = ["a\x00b.prose", "x" * 5000 + ".prose", "../" * 40 + "y" * 300 + ".prose"]
+
+
+def _filler(schema: dict) -> object:
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) else kind
+    return {"integer": 0, "number": 0, "boolean": False, "array": [], "object": {}}.get(
+        kind or "", "x")
+
+
+async def test_no_tool_answers_a_bad_path_or_name_with_a_bare_error(root):
+    """A NUL byte, an overlong path or an overlong part in any text argument of any tool
+    gets a refusal saying what is wrong, never the SDK's bare 'Error executing tool X' of
+    an exception nobody handled."""
+    async with Client(create_server(root, watch=False)) as client:
+        tools = (await client.list_tools()).tools
+        bare: list[tuple[str, str, str]] = []
+        for tool in tools:
+            properties = tool.input_schema.get("properties", {})
+            required = {name: _filler(properties[name])
+                        for name in tool.input_schema.get("required", [])}
+            for name, schema in properties.items():
+                if _filler(schema) != "x" or "enum" in schema:
+                    continue
+                for bad in BAD_TEXTS:
+                    arguments = {**required, name: bad}
+                    if tool.name == "next_step":
+                        arguments["wait_s"] = 0
+                    result = await client.call_tool(tool.name, arguments)
+                    text = result.content[0].text if result.content else ""
+                    if text.strip() == f"Error executing tool {tool.name}":
+                        bare.append((tool.name, name, bad[:12]))
+    assert bare == []
+
+
+# ------------------------------------------------------------------ the watcher
+
+async def test_serving_runs_puts_no_watchdog_warning_on_stderr(root):
+    """Each new run used to make watchdog register a directory twice under its recursive
+    watch ("Callback with id ... already exists", several KB each); runs now arrive whole
+    (tests/state/test_creation.py shows the cause is gone deterministically)."""
+    (root / "keep.prose").write_text(KEEPER)
+    (root / "s.yaml").write_text("default_output: ok\n")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        async with host(root, {"mode": "legacy"}) as h:
+            for backend in ("filesystem", "sqlite"):
+                for program in ("p.prose", "keep.prose"):
+                    for _ in range(3):
+                        done = await h.call("run_program", program=program,
+                                            inputs={"topic": "t"} if program == "p.prose"
+                                            else {}, state=backend, provider="scripted",
+                                            script="s.yaml")
+                        assert done["status"] == "completed", done["_text"]
+    assert [str(w.message)[:80] for w in seen if "already exists" in str(w.message)] == []

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
 
-from openprose.state import InvalidNameError
+from openprose.state import InvalidNameError, open_store
 from openprose.state.backends.filesystem import CREATING
 
 RUN_ID = "20260101-000000-abcdef"
@@ -61,7 +66,59 @@ def test_a_kill_during_creation_leaves_no_orphan(stores, project, home, kill_at)
     if stores.backend != "postgres":  # PostgreSQL's row may commit after its directory
         assert visible == [] and store.list_runs() == []
     run = store.create_run('output x = session "s"\n', "p.prose")  # sweeps what was left
-    leftovers = list((runs / CREATING).iterdir()) if (runs / CREATING).exists() else []
+    staging = project / ".prose" / CREATING
+    leftovers = list(staging.iterdir()) if staging.exists() else []
     assert leftovers == []
     assert not list(runs.rglob("*.tmp"))
     assert run.id in {info.id for info in store.list_runs()}
+
+
+class _DirectoryEvents(FileSystemEventHandler):
+    """What one non-recursive watch saw, up to a sentinel file (the watch's events arrive in
+    order: once the sentinel's is in, every earlier one is)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+        self.done = threading.Event()
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if Path(str(event.src_path)).name == "sentinel":
+            self.done.set()
+        elif event.is_directory and event.event_type in ("created", "moved"):
+            self.seen.append((event.event_type, Path(str(event.dest_path or event.src_path)).name))
+
+
+def _watched(directory: Path, act: Callable[[], object]) -> list[tuple[str, str]]:
+    directory.mkdir(parents=True, exist_ok=True)
+    handler, observer = _DirectoryEvents(), Observer()
+    observer.schedule(handler, str(directory), recursive=False)
+    observer.start()
+    try:
+        act()
+        (directory / "sentinel").write_text("")
+        assert handler.done.wait(60), "the watch never saw the sentinel"
+    finally:
+        observer.stop()
+        observer.join()
+        (directory / "sentinel").unlink()
+    return handler.seen
+
+
+@pytest.mark.parametrize("backend", ["filesystem", "sqlite"])
+def test_a_run_arrives_in_a_watched_directory_as_one_rename(project, home, backend):
+    """A recursive watcher of runs/ (the MCP server's) adds a watch per directory; a directory
+    made inside another faster than the watcher adds its watches was registered twice by
+    watchdog, with a warning of several KB each time. Runs are staged outside runs/ and move
+    in whole; a run's agents/ and imports/ exist from the start."""
+    store = open_store(project, backend, home=home)
+    runs = project / ".prose" / "runs"
+    made: list[object] = []
+    seen = _watched(runs, lambda: made.append(store.create_run('output x = "y"\n', "p.prose")))
+    run = made[0]
+    # one directory event, the run's (a rename from an unwatched place shows as "created")
+    assert [name for _, name in seen] == [run.id]  # type: ignore[attr-defined]
+    if backend == "filesystem":
+        inside = _watched(runs / run.id, lambda: run.child(  # type: ignore[attr-defined]
+            "alice", "research", 'output x = "y"\n'))
+        assert inside == []
+    store.close()

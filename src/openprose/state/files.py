@@ -8,7 +8,9 @@ import contextlib
 import errno
 import itertools
 import os
+import re
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,6 +91,51 @@ def disk_errors(path: Path) -> Iterator[None]:
         if err.errno in (errno.ENOSPC, errno.EDQUOT):
             raise StateDiskFull(f"cannot write {path}: no space left on the device") from None
         raise
+
+
+#: A temp file :func:`atomic_write` makes: ``.{name}.{pid}-{number}.tmp``.
+TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-\d+\.tmp$")
+#: A temp file this old is an orphan whoever's pid it names (pids are reused); a live
+#: writer's exists for the few system calls of one write.
+ORPHAN_AGE_S = 3600.0
+
+
+def sweep_temps(directory: Path) -> list[Path]:
+    """Remove the temp files a killed writer left in ``directory`` and the directories below
+    it: only names of :data:`TEMP_NAME`'s shape, only when the process that made one is gone
+    (or the file is older than :data:`ORPHAN_AGE_S`) — a live writer's is never touched.
+    Returns what was removed."""
+    removed: list[Path] = []
+    now = time.time()
+    for root, _, names in os.walk(directory):
+        for name in names:
+            found = TEMP_NAME.match(name)
+            if found is None:
+                continue
+            path = Path(root) / name
+            pid = int(found["pid"])
+            try:
+                info = path.lstat()
+                if not stat.S_ISREG(info.st_mode):
+                    continue
+                if process_alive(pid) and now - info.st_mtime < ORPHAN_AGE_S:
+                    continue
+                path.unlink()
+            except OSError:
+                continue
+            removed.append(path)
+    return removed
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _create_temp(path: Path) -> tuple[str, int]:

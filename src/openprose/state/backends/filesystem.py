@@ -42,8 +42,10 @@ from openprose.state.files import (
     disk_errors,
     fsync_dir,
     open_nofollow,
+    process_alive,
     read_bytes,
     read_exact,
+    sweep_temps,
 )
 from openprose.state.models import (
     AgentRef,
@@ -245,7 +247,8 @@ class FilesystemBackend(Backend):
     # ------------------------------------------------------------------ runs
     def create_run(self, record: RunRecord) -> None:
         def build(directory: Path) -> None:
-            (directory / "bindings").mkdir()
+            for inner in ("bindings", "agents", "imports"):  # made now, not when first used:
+                (directory / inner).mkdir()  # an agent's or import's directory is one mkdir
             atomic_write(directory / "program.prose", record.program_source)
             atomic_write(directory / "run.json", json.dumps(asdict(record), indent=2),
                          durable=True)
@@ -254,16 +257,22 @@ class FilesystemBackend(Backend):
 
     def build_run_dir(self, run_id: str, build: Callable[[Path], None], marker: str) -> None:
         """Create the run's directory whole or not at all: ``build`` fills a directory under
-        ``.creating/`` that is then renamed into place (what a killed creation left there is
-        removed by the next one). When the directory exists already (the same run on another
-        backend), the new entries move in one by one, ``marker`` — the file that makes it a
-        run of this backend — last."""
+        ``.prose/.creating/`` that is then renamed into place (what a killed creation left
+        there is removed by the next one). When the directory exists already (the same run on
+        another backend), the new entries move in one by one, ``marker`` — the file that makes
+        it a run of this backend — last.
+
+        The staging directory is outside ``runs/``: a recursive watcher of ``runs/`` (the MCP
+        server's) then sees each run arrive as one directory renamed in, not directories
+        created inside one another faster than it can add its watches (watchdog registered
+        such a directory twice, warning each time)."""
         final = self.run_dir(run_id)
-        staging = final.parent / CREATING
+        staging = self.prose / CREATING
         if staging.is_dir():
             _sweep_abandoned(staging)
         temp = staging / f"{final.name}.{os.getpid()}-{next(_STAGING_NUMBERS)}"
         temp.mkdir(parents=True)
+        final.parent.mkdir(parents=True, exist_ok=True)  # runs/, or a run's imports/
         try:
             build(temp)
             fsync_dir(temp)
@@ -439,12 +448,20 @@ class FilesystemBackend(Backend):
         atomic_write(self._run_file(run_id, "run.json"), json.dumps(data, indent=2),
                      durable=True)
 
+    def sweep_temps(self, run_id: str) -> None:
+        """Remove the temp files a killed write left in the run's directory (see
+        :func:`openprose.state.files.sweep_temps`)."""
+        directory = self.run_dir(run_id)
+        if directory.is_dir() and not directory.is_symlink():
+            sweep_temps(self.contained(directory))
+
     def repair(self, run_id: str) -> None:
-        """After a crash: end torn log lines, and make every binding file agree with the last
+        """After a crash: end torn log lines, sweep orphaned temp files, and make every binding file agree with the last
         journal record about it. A file last written by a session's result is rewritten from
         the result if it is missing, torn or different; a file rewritten since (a write
         note) is kept unless it is missing or torn."""
         self._end_torn_lines(run_id)
+        self.sweep_temps(run_id)
         state = self._run_file(run_id, "state.md")
         if state.is_dir():  # derived: rewritten at the next update
             set_aside(state)
@@ -763,18 +780,8 @@ def _sweep_abandoned(staging: Path) -> None:
     """Remove run directories whose creating process is gone (named ``{id}.{pid}-{n}``)."""
     for entry in staging.iterdir():
         pid = entry.name.rpartition(".")[2].partition("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fields(entry: JournalEntry) -> dict[str, Any]:

@@ -293,7 +293,9 @@ class SqlBackend(Backend):
     def repair(self, run_id: str) -> None:
         """Restore binding rows deleted since their session's result was recorded: the
         result in the journal carries the value (as the filesystem backend restores a
-        deleted binding file)."""
+        deleted binding file). Temp files a killed write left in the run's directory (its
+        program copy, state.md, attachments) are swept."""
+        self.files.sweep_temps(run_id)
         results: dict[BindingRef, JournalEntry] = {}
         for entry in self.read_journal(run_id):
             if entry.kind == "result" and entry.binding is not None and \
