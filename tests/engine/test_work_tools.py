@@ -445,3 +445,18 @@ def test_the_consent_question_shows_control_characters_escaped():
     from openprose.engine.permissions import shown
 
     assert shown("rm -rf src\r\x1b[2Kecho hi") == "rm -rf src\\x0d\\x1b[2Kecho hi"
+
+
+def test_tool_calls_are_recorded_on_sqlite_too(project):
+    source = AGENTS + 'output r = session: fixer\n  prompt: "go"\n'
+    script = {"sessions": [_session([{"read": "src/app.py"},
+                                     {"write": {"file_path": "README.md", "content": "x"}}])]}
+    job = runner.Job(source=source, file="p.prose", program=compile_or_raise(source, "p.prose"),
+                     project_root=project, backend="sqlite",
+                     options=Options(sleep=_no_sleep, work=WorkSetup(Policy(project))))
+    outcome = asyncio.run(runner.execute(job, ScriptedProvider(script)))
+    with open_store(project, "sqlite") as store:
+        run = store.open_run(outcome.run_id)
+        assert [(c.meta["tool"], c.status) for c in run.tool_calls()] == [
+            ("read", "allowed"), ("write", "refused")]
+        assert run.journal("2").status == "completed"  # the session's result is untouched
