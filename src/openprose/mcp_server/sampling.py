@@ -15,7 +15,14 @@ import json
 import warnings
 from typing import Any
 
-from mcp_types import CreateMessageResult, SamplingMessage, TextContent
+from mcp_types import (
+    CreateMessageResult,
+    SamplingMessage,
+    TextContent,
+    Tool,
+    ToolResultContent,
+    ToolUseContent,
+)
 
 from openprose.engine import (
     JudgeRequest,
@@ -33,6 +40,11 @@ from openprose.engine.provider import inline_context
 
 MAX_TOKENS = 8192
 JUDGE_TOKENS = 512
+#: Model turns a sampled session with work tools may take.
+MAX_TURNS = 60
+WORK_NOTE = ("Work on the project with the tools you are given (paths relative to the "
+             "project); a refused call names the rule: do not retry it. Your final answer, "
+             "in text, is your complete result.")
 #: A sampled session has no tools: its context and memory are inlined, its reply is the value.
 SESSION_TOOLS = briefs.Tools(read=None, memory=None,
                              finish="Do the task; answer with your complete result only.")
@@ -41,12 +53,17 @@ SESSION_TOOLS = briefs.Tools(read=None, memory=None,
 class SamplingProvider(Provider):
     name = "sampling"
 
-    def __init__(self, session: Any, max_tokens: int = MAX_TOKENS) -> None:
-        """``session``: the MCP server session of the client to sample."""
+    def __init__(self, session: Any, max_tokens: int = MAX_TOKENS, *,
+                 tools: bool = False) -> None:
+        """``session``: the MCP server session of the client to sample; ``tools``: the
+        client declares tools in sampling, so sessions get their work tools."""
         self.session = session
         self.max_tokens = max_tokens
+        self.tools = tools
 
     async def run_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:
+        if self.tools and request.work is not None:
+            return await self._work_session(request, io)
         brief = briefs.brief_of(request)
         parts = [briefs.task_text(brief, SESSION_TOOLS)]
         if request.context:
@@ -58,6 +75,43 @@ class SamplingProvider(Provider):
         if request.persistent:
             io.write_memory(f"{request.memory or ''}\n- {request.prompt[:200]}".strip())
         return SessionResult(text, Usage(), text[:200])
+
+    async def _work_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:
+        """A session whose model works on the project: the client's model calls the work
+        tools (each checked by the session's permissions and recorded), until it answers
+        with text — the binding's value."""
+        work = request.work
+        assert work is not None
+        brief = briefs.brief_of(request)
+        parts = [briefs.task_text(brief, SESSION_TOOLS)]
+        if request.context:
+            parts.append("Context:\n" + inline_context(request.context))
+        if request.memory:
+            parts.append("Your memory from earlier sessions:\n" + request.memory)
+        tools = [Tool(name=d["name"], description=d.get("description"),
+                      input_schema=d["input_schema"]) for d in work.definitions()]
+        system = briefs.system_text(brief, SESSION_TOOLS) + "\n" + WORK_NOTE
+        messages = [SamplingMessage(role="user", content=TextContent(
+            type="text", text="\n\n".join(parts)))]
+        for _ in range(MAX_TURNS):
+            result = await self._create(messages, system, self.max_tokens, tools)
+            blocks = result.content if isinstance(result.content, list) else [result.content]
+            uses = [block for block in blocks if isinstance(block, ToolUseContent)]
+            if not uses:
+                text = "".join(b.text for b in blocks if isinstance(b, TextContent)).strip()
+                if request.persistent:
+                    io.write_memory(f"{request.memory or ''}\n- {request.prompt[:200]}".strip())
+                return SessionResult(text, Usage(), text[:200])
+            messages.append(SamplingMessage(role="assistant", content=blocks))
+            answers = []
+            for use in uses:
+                content, failed = await work.call(use.name, use.input)
+                answers.append(ToolResultContent(
+                    type="tool_result", tool_use_id=use.id, is_error=failed,
+                    content=[TextContent(type="text", text=content)]))
+            messages.append(SamplingMessage(role="user", content=answers))
+        raise ProviderError(f"session did not finish within {MAX_TURNS} turns of the client's "
+                            "model", retryable=False)
 
     async def judge(self, request: JudgeRequest) -> Verdict:
         if request.options:
@@ -76,16 +130,20 @@ class SamplingProvider(Provider):
         value, reason = read_verdict(reply, request.options)
         return Verdict(value, reason)
 
-    async def _sample(self, text: str, system: str, max_tokens: int) -> str:
-        message = SamplingMessage(role="user", content=TextContent(type="text", text=text))
+    async def _create(self, messages: list[SamplingMessage], system: str, max_tokens: int,
+                      tools: list[Tool] | None = None) -> Any:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # sampling is marked deprecated in 2026-07-28
-                result = await self.session.create_message([message], max_tokens=max_tokens,
-                                                           system_prompt=system)
+                return await self.session.create_message(messages, max_tokens=max_tokens,
+                                                         system_prompt=system, tools=tools)
         except Exception as err:  # the client refused, went away, or cannot be asked
             raise ProviderError(f"the client's model could not be sampled: {err}",
                                 retryable=False) from err
+
+    async def _sample(self, text: str, system: str, max_tokens: int) -> str:
+        message = SamplingMessage(role="user", content=TextContent(type="text", text=text))
+        result = await self._create([message], system, max_tokens)
         if not isinstance(result, CreateMessageResult) or not isinstance(result.content,
                                                                        TextContent):
             raise ProviderError("the client's model replied without text", retryable=False)

@@ -292,7 +292,9 @@ def build_provider(name: str, script: str | None, root: Path, client: Context | 
                 "keeps a connection the server can ask on (the 2025-11-25 protocol); use "
                 "provider 'anthropic', or start_run(mode=\"guided\") and answer the sessions "
                 "yourself")
-        return SamplingProvider(client.session)
+        caps = client.client_capabilities
+        tools = caps is not None and caps.sampling is not None and caps.sampling.tools is not None
+        return SamplingProvider(client.session, tools=tools)
     try:
         return make_provider("anthropic", None, root)
     except ProviderUnavailable:
