@@ -104,6 +104,22 @@ async def test_a_spent_session_token_repeats_only_its_own_write(root, era):
         assert {b["name"] for b in status["bindings"]} == {"topic", "notes"}
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_guided_session_token_writes_only_its_own_binding(root, era):
+    async with host(root, era, watch=False) as h:
+        started = await h.call("start_run", program="p.prose", inputs={"topic": "t"},
+                               mode="guided")
+        step = await h.call("next_step", vm_token=started["vm_token"], wait_s=30)
+        (item,) = step["pending"]
+        token = item["token"]
+        for attempt in ({"name": "summary"}, {"copy_of": "topic"}):
+            with pytest.raises(Refused, match="rule: a session"):
+                await h.call("write_binding", token=token, value="notes", **attempt)
+        await h.call("write_binding", token=token, value="notes", name=item["binding"])
+        with pytest.raises(Refused, match="rule: a session"):
+            await h.call("write_binding", token=token, value="notes", name="summary")
+
+
 # ------------------------------------------------------------------ paths derived from data
 
 KEEPER = """\

@@ -39,6 +39,10 @@ class SessionRoute(Protocol):
     async def brief(self, token: str) -> Any:
         """get_brief: returns the tool's result."""
 
+    def binding(self, token: str) -> str | None:
+        """The binding ``token``'s session writes (None: an anonymous one), pending or
+        written; refused when the token is unknown."""
+
     async def write(self, token: str, value: str, summary: str | None) -> Any:
         """write_binding: returns the tool's result."""
 

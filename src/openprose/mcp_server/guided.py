@@ -222,6 +222,16 @@ class HostProvider(Provider):
             item.issued += 1
         return items
 
+    def binding_of(self, token: str) -> str | None:
+        """The binding a session token writes, while pending and after (None: anonymous,
+        or no session's token)."""
+        item = self.pending.get(token)
+        if isinstance(item, SessionItem):
+            return item.request.binding
+        ended = self.ended.get(token)
+        return ended.written.binding if ended is not None and ended.written is not None \
+            else None
+
     async def complete_session(self, token: str, value: str, summary: str = "") -> Written:
         """Hand the session's value to the engine, which commits binding and result as one
         durable step; confirm once it did (with where the value is, never the value)."""

@@ -211,6 +211,10 @@ class GuidedRoute:
             raise Refusal("a session's brief is read with its live token", str(err)) from None
         return brief_reply(item.brief, token, GUIDED_TOOLS)
 
+    def binding(self, token: str) -> str | None:
+        _, host = self.modes.item_owner(token)
+        return host.binding_of(token)
+
     async def write(self, token: str, value: str, summary: str | None) -> CallToolResult:
         run, host = self.modes.item_owner(token)
         try:

@@ -185,7 +185,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         """Session token: write its own binding (value) and end. VM token: write a binding no
         session makes (name; value or copy_of a binding). Returns the location."""
         route = ctx.session_route(token)
-        if route is not None:
+        if route is not None:  # a guided session: the same rule on the binding it names
+            _check_own(BindingRef(route.binding(token) or "(anonymous)"), name, None, copy_of)
             return await route.write(token, value, summary or None)  # type: ignore[no-any-return]
         if token.startswith(VM_PREFIX):
             return await _vm_write(ctx, token, name, value, copy_of, execution_id, summary)
