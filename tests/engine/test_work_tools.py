@@ -447,15 +447,23 @@ def test_the_consent_question_shows_control_characters_escaped():
     assert shown("rm -rf src\r\x1b[2Kecho hi") == "rm -rf src\\x0d\\x1b[2Kecho hi"
 
 
-def test_tool_calls_are_recorded_on_sqlite_too(project):
+PG_URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=[
+    pytest.mark.postgres, pytest.mark.skipif(not PG_URL, reason="needs "
+                                             "OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])])
+def test_tool_calls_are_recorded_on_the_database_backends_too(project, backend, monkeypatch):
+    if PG_URL:
+        monkeypatch.setenv("OPENPROSE_POSTGRES_URL", PG_URL)
     source = AGENTS + 'output r = session: fixer\n  prompt: "go"\n'
     script = {"sessions": [_session([{"read": "src/app.py"},
                                      {"write": {"file_path": "README.md", "content": "x"}}])]}
     job = runner.Job(source=source, file="p.prose", program=compile_or_raise(source, "p.prose"),
-                     project_root=project, backend="sqlite",
+                     project_root=project, backend=backend,
                      options=Options(sleep=_no_sleep, work=WorkSetup(Policy(project))))
     outcome = asyncio.run(runner.execute(job, ScriptedProvider(script)))
-    with open_store(project, "sqlite") as store:
+    with open_store(project, backend) as store:
         run = store.open_run(outcome.run_id)
         assert [(c.meta["tool"], c.status) for c in run.tool_calls()] == [
             ("read", "allowed"), ("write", "refused")]
