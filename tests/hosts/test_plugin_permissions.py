@@ -5,9 +5,10 @@ the agent may do goes through."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
-from tests.hosts.claude_code import PLUGIN_DIR, run_claude
+from tests.hosts.claude_code import PLUGIN_DIR, PROSE, run_claude
 from tests.hosts.fake_messages import FakeMessagesAPI, Reply, text, tool_use
 from tests.hosts.host_model import calls, first_user_text
 
@@ -33,7 +34,7 @@ def _session(project: Path) -> tuple[str, str]:
         run = store.create_run(PROGRAM, "review.prose")
         [grant] = run.start_sessions([SessionStart(
             "1", "h", BindingRef("review"), "let", "let review = session: reviewer",
-            work=grant_fields("reviewer", permissions, "1"))])
+            work=grant_fields("reviewer", permissions, "mcp:1@0#1", 7))])
         return run.id, grant.token
 
 
@@ -105,13 +106,17 @@ def test_the_hook_refuses_what_the_sessions_agent_may_not_do(tmp_path):
     got = [(r.key, r.meta["tool"], Path(r.meta["subject"]).name if r.meta["tool"] != "Bash"
             else "bash", r.meta["allowed"], r.meta["rule"]) for r in records]
     assert got == [
-        ("1", "Read", "app.py", True, "read: [**]"),
-        ("1", "Write", "evil.py", False, "write: [docs/**]"),
-        ("1", "Edit", "app.py", False, "write: [docs/**]"),
-        ("1", "Bash", "bash", False, "bash: deny"),
-        ("1", "Write", "review.md", True, "write: [docs/**]")]
+        ("mcp:1@0#1", "Read", "app.py", True, "read: [**]"),
+        ("mcp:1@0#1", "Write", "evil.py", False, "write: [docs/**]"),
+        ("mcp:1@0#1", "Edit", "app.py", False, "write: [docs/**]"),
+        ("mcp:1@0#1", "Bash", "bash", False, "bash: deny"),
+        ("mcp:1@0#1", "Write", "review.md", True, "write: [docs/**]")]
     assert all(r.meta["agent"] == "reviewer" and r.meta["host"] == "claude-code"
                for r in records)
+    shown = subprocess.run([str(PROSE), "show", run_id, "--project", str(project)],
+                           capture_output=True, text=True, timeout=60).stdout
+    assert "tool calls (5, 3 refused)" in shown and "line 7: let review = session: reviewer" \
+        in shown
 
 
 def test_the_hooks_decisions_for_each_kind_of_call(tmp_path):

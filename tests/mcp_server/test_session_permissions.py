@@ -62,6 +62,7 @@ async def test_spawn_session_brief_and_grant_carry_the_permissions(tmp_path: Pat
         _, grant = store.token_grant(docs.structured_content["session_token"])
         assert store.token_grant(plain.structured_content["session_token"])[1]["work"] == {
             "agent": "(no agent)", "key": grant["work"]["key"].replace(ids["docs"], ids["plain"]),
+            "line": 7,
             "permissions": {"read": ["**"], "write": ["**"], "execute": [], "bash": "prompt",
                             "network": "prompt", "never": [".prose/"]}}
     assert grant["work"]["agent"] == "writer" and run_id

@@ -217,7 +217,7 @@ def _tool_calls(out: Any, view: Any) -> None:
         if entry.key != current:
             current = entry.key
             step = steps.get(entry.key)
-            line = step.line if step is not None else 0
+            line = step.line if step is not None else int(entry.meta.get("line") or 0)
             what = _statement(view, line) if line else entry.key
             out.print(f"  line {line or '?'}: {escape(what)}  [dim]agent "
                       f"{escape(str(entry.meta.get('agent', '?')))}[/]",

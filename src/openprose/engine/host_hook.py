@@ -61,9 +61,11 @@ def decide(payload: dict[str, Any], backends: tuple[str, ...] = ("filesystem", "
         work = grant.get("work") or {}
         gate = Policy(project).gate(work.get("agent"), from_grant(work))
         decision, subject, verdict = _check(gate, str(tool), args)
-        store.backend.append_journal(run_id, _entry(
-            str(work.get("key") or grant.get("name")), str(tool), subject, decision, gate,
-            started), durable=True)
+        entry = _entry(str(work.get("key") or grant.get("name")), str(tool), subject,
+                       decision, gate, started)
+        if work.get("line"):
+            entry.meta["line"] = work["line"]
+        store.backend.append_journal(run_id, entry, durable=True)
     finally:
         store.close()
     if verdict is None:

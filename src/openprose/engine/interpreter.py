@@ -401,7 +401,8 @@ class Interpreter:
         permissions = self.permissions(node, ctx)
         spec = SessionSpec(ctx.path, digest, name, kind, ctx.execution_id, self.source_of(node),
                            node.span.line, refs, node.agent if persist else None, persist,
-                           tuple(items), grant_fields(node.agent, permissions, ctx.path))
+                           tuple(items), grant_fields(node.agent, permissions, ctx.path,
+                                                      node.span.line))
         self.emit("session_opening", ctx.path, node)
         try:
             handle = await self.open_session(spec)

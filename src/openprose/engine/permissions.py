@@ -478,11 +478,12 @@ def permissions_for(session: Any, agent: Any, value: Callable[[Any], Any]
     return found
 
 
-def grant_fields(agent: str | None, permissions: Permissions | None, key: str
-                 ) -> dict[str, Any]:
-    """What a session's grant records of its permissions (and its journal key), so a host's
-    hook can look them up from the session token alone (:mod:`openprose.engine.host_hook`)."""
-    return {"agent": agent or "(no agent)", "key": key,
+def grant_fields(agent: str | None, permissions: Permissions | None, key: str,
+                 line: int = 0) -> dict[str, Any]:
+    """What a session's grant records of its permissions (and its journal key and program
+    line), so a host's hook can look them up from the session token alone
+    (:mod:`openprose.engine.host_hook`)."""
+    return {"agent": agent or "(no agent)", "key": key, "line": line,
             "permissions": (permissions or Permissions()).to_dict()}
 
 

@@ -334,7 +334,7 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
                          {"line": st.line, "statement": st.id,
                           "binding": [ref.name, ref.execution_id]},
                          grant_fields(st.agent, statement_permissions(driven, st, definition,
-                                                                      eid), key))
+                                                                      eid), key, st.line))
     with state_errors("spawn_session", st):
         granted = driven.run.start_sessions([start])[0]
     if isinstance(granted, Exception):
