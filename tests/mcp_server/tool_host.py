@@ -265,17 +265,20 @@ async def _no_sleep(seconds: float) -> None:
 
 
 def walk(server: MCPServer | StdioServerParameters, era: dict[str, Any], source: str,
-         file: str, inputs: dict[str, str], script: dict[str, Any]
+         file: str, inputs: dict[str, str], script: dict[str, Any],
+         bridge_type: type[Bridge] = Bridge, concurrency: int = 16
          ) -> tuple[str, str, list[str]]:
     """Step the program ``file`` (in the server's project) through the tools of ``server``, in
-    process or a ``prose serve`` over stdio; (run id, status, tools called)."""
+    process or a ``prose serve`` over stdio; (run id, status, tools called). ``concurrency``
+    1 steps one session or judgment at a time, in the same order every time."""
     program = compile_or_raise(source, file)
-    with Bridge(server, era) as bridge:
+    with bridge_type(server, era) as bridge:
         started = bridge.call("start_run", program=file, inputs=inputs)
         host = ToolHost(bridge, started["vm_token"], inputs)
         interpreter = HostInterpreter(program, source, host, Subagents(host, script),
                                       file=file, inputs=dict(inputs),
-                                      options=Options(sleep=_no_sleep, loop_limit=50))
+                                      options=Options(sleep=_no_sleep, loop_limit=50,
+                                                      max_concurrency=concurrency))
         status, error = "completed", None
         try:
             asyncio.run(interpreter.run())

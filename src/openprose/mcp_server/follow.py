@@ -384,6 +384,9 @@ class Follower:
         await self.quiet()
 
     async def failed(self, token: str, error: str) -> None:
+        item = self.provider.pending.get(token)
+        if item is not None:
+            self.done.append(item.key)  # it ran (a retry is parked as a new item)
         with contextlib.suppress(ItemRefused):  # its branch was cancelled (a join settled)
             await self.provider.fail_session(token, error)
         self.claimed.discard(token)
