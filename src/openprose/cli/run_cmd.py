@@ -31,18 +31,19 @@ from openprose.language import compile as compile_program
 BACKENDS = ["filesystem", "sqlite", "postgres"]
 PROVIDERS = ["anthropic", "scripted"]
 CONCURRENCY = 16
-MAX_INPUT_FILE = 10 * 1024 * 1024  # --input NAME=@FILE reads at most this much
 
 
 def _read_input_file(name: str, path: str, command: str) -> str:
-    """The text of ``--input NAME=@PATH``: UTF-8, at most MAX_INPUT_FILE bytes."""
-    limit = f"{MAX_INPUT_FILE // (1024 * 1024)} MiB"
+    """The text of ``--input NAME=@PATH``: UTF-8, at most a value's limit in bytes."""
+    from openprose.state.models import MAX_VALUE_BYTES
+
+    limit = f"{MAX_VALUE_BYTES // (1024 * 1024)} MiB"
     try:
         with open(path, "rb") as handle:
-            data = handle.read(MAX_INPUT_FILE + 1)
+            data = handle.read(MAX_VALUE_BYTES + 1)
     except OSError as err:
         _refuse(command, f"--input {name}: cannot read {path}: {err.strerror}")
-    if len(data) > MAX_INPUT_FILE:
+    if len(data) > MAX_VALUE_BYTES:
         _refuse(command, f"--input {name}: {path} is larger than the {limit} limit for an "
                          "input file")
     try:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, InputRequiredResult
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolResult, InputRequiredResult
 from mcp_types import Tool as ToolInfo
 
 from openprose.mcp_server import (
@@ -37,6 +38,7 @@ from openprose.mcp_server.resources import RunCatalog
 from openprose.mcp_server.runs import RunRegistry
 from openprose.mcp_server.updates import RunUpdates
 from openprose.mcp_server.watch import watching
+from openprose.state import MAX_VALUE_BYTES
 
 INSTRUCTIONS = (
     "OpenProse runs programs of AI sessions. Before you run one, call get_instructions with "
@@ -46,11 +48,53 @@ INSTRUCTIONS = (
     "not allow) or 'in-context' (a tiny program kept in the conversation).")
 
 
+def unfit_text(value: Any, where: str) -> str | None:
+    """Why ``value`` (an argument, walked through lists and objects, keys too) cannot be
+    taken, naming the part at ``where``: text with a lone surrogate, which no file, database or
+    JSON reply can hold (a JSON client cannot send one; an in-process one can), or a text
+    longer than :data:`MAX_VALUE_BYTES` in UTF-8."""
+    if isinstance(value, str):
+        if len(value) * 4 <= MAX_VALUE_BYTES:  # cannot be too long: only the encoding check
+            size = len(value)
+            fits = value.isascii() or _encodes(value)
+        else:
+            size = len(value.encode("utf-8", "surrogatepass"))
+            fits = _encodes(value)
+        if not fits:
+            return f"{where} holds a lone surrogate (not UTF-8 text)"
+        if size > MAX_VALUE_BYTES:
+            return (f"{where} is {size:,} bytes, more than the {MAX_VALUE_BYTES // 2**20} MiB "
+                    "a value may hold")
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            why = unfit_text(key, f"{where} key {str(key)[:40]!r}") or unfit_text(
+                item, f"{where}.{str(key)[:40]}")
+            if why:
+                return why
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            why = unfit_text(item, f"{where}[{index}]")
+            if why:
+                return why
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class ProseServer(MCPServer):
     """An MCP server whose every tool, however and whenever registered, takes only the
     arguments it declares: a host's typo (``contexts`` for ``context``) or an invented key
     (``target_binding``) is refused naming it, instead of being dropped while the call goes on
-    as if it were absent; the listed input schemas say so (``additionalProperties: false``)."""
+    as if it were absent; the listed input schemas say so (``additionalProperties: false``).
+    Every text argument of a tool or a prompt is checked by :func:`unfit_text`
+    before anything runs, so what no store can hold is refused naming it, not crashed on."""
 
     async def list_tools(self) -> list[ToolInfo]:
         tools = await super().list_tools()
@@ -69,7 +113,20 @@ class ProseServer(MCPServer):
                 raise Refusal("a tool takes only the arguments it declares",
                               f"{name} has no argument(s) {', '.join(map(repr, unknown))} "
                               f"(it takes: {', '.join(accepted) or 'none'})")
+            for key, value in arguments.items():
+                why = unfit_text(value, key)
+                if why:
+                    raise Refusal("an argument is UTF-8 text of a bounded size",
+                                  f"{name}: {why}")
         return await super().call_tool(name, arguments, context)
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None,
+                         context: Context[Any, Any] | None = None) -> Any:
+        for key, value in (arguments or {}).items():
+            why = unfit_text(value, f"argument {key[:40]!r}")
+            if why:
+                raise MCPError(INVALID_PARAMS, f"{name}: {why}")
+        return await super().get_prompt(name, arguments, context)
 
 
 def create_server(project_root: str | Path, *, home: str | Path | None = None,

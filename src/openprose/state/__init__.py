@@ -29,6 +29,7 @@ from openprose.state.errors import (
     StateError,
 )
 from openprose.state.models import (
+    MAX_VALUE_BYTES,
     ROOT,
     AgentRef,
     Binding,
@@ -83,6 +84,7 @@ _postgres_url = postgres_url
 
 __all__ = [
     "BACKENDS",
+    "MAX_VALUE_BYTES",
     "ROOT",
     "AgentRef",
     "BackendUnavailable",

@@ -9,6 +9,10 @@ from typing import Any
 ROOT = 0  # execution id of the root scope (ruling 4: distinct from every frame, which start at 1)
 KINDS = frozenset({"input", "output", "let", "const", "param", "anonymous"})
 AGENT_SCOPES = frozenset({"execution", "project", "user", "custom"})
+#: The largest text taken from outside as one value (a binding, an input, a memory, any tool
+#: argument): a client sending more is refused before anything is read into the run, so one
+#: call cannot exhaust a shared server's memory or disk.
+MAX_VALUE_BYTES = 10 * 1024 * 1024
 
 
 def utc_now() -> str:

@@ -1,0 +1,75 @@
+"""More of the server's promise tried from outside, in shapes the first attacks did not take:
+each test is an attempt that once crashed the server or got through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from tests.mcp_server.host import ERAS, host
+
+from openprose.mcp_server.server import create_server
+from openprose.state import MAX_VALUE_BYTES
+
+pytestmark = pytest.mark.anyio
+
+PROGRAM = """\
+input topic: "what to look into"
+let notes = session "Research {topic}"
+output summary = session "Summarize"
+  context: notes
+"""
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "p.prose").write_text(PROGRAM)
+    return project
+
+
+# ------------------------------------------------------------------ text no store can hold
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_lone_surrogate_in_any_argument_is_refused_naming_it(root, era):
+    """An in-process client can send text with a lone surrogate, which no file or reply can
+    encode: every tool crashed with a bare 'Error executing tool'."""
+    async with host(root, era, watch=False) as h:
+        text = await h.refused("start_run", program="p.prose", inputs={"topic": "a\ud800"})
+        assert "inputs.topic" in text and "surrogate" in text
+        text = await h.refused("compile_program", program='output o = session "\ud800"\n')
+        assert "'program'" not in text and "program holds a lone surrogate" in text
+        for tool in ("get_brief", "read_memory"):
+            assert "token holds a lone surrogate" in await h.refused(tool, token="\ud800")
+        assert not (root / ".prose" / "runs").exists() or not any(
+            (root / ".prose" / "runs").iterdir())
+
+
+async def test_a_lone_surrogate_in_a_prompt_argument_is_refused(root):
+    async with Client(create_server(root, home=root / "home", watch=False)) as client:
+        with pytest.raises(MCPError, match="surrogate"):
+            await client.get_prompt("prose-compile", {"program": "\ud800.prose"})
+
+
+# ------------------------------------------------------------------ oversized values
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_value_over_the_limit_is_refused_before_anything_is_written(root, era):
+    async with host(root, era, watch=False) as h:
+        started = await h.call("start_run", program="p.prose", inputs={"topic": "tides"})
+        vm = started["vm_token"]
+        ids = {item["binds"]: item["id"] for item in started["outline"] if item.get("binds")}
+        token = (await h.call("spawn_session", vm_token=vm, statement=ids["notes"],
+                              prompt="Research tides"))["session_token"]
+        huge = "é" * (MAX_VALUE_BYTES // 2 + 1)  # fewer characters than bytes
+        text = await h.refused("write_binding", token=token, value=huge)
+        assert "value is" in text and "10 MiB" in text
+        # the session is still pending: its token writes a value within the limit
+        written = await h.call("write_binding", token=token, value="the notes")
+        assert written["binding"] == "notes"
+        text = await h.refused("start_run", program="p.prose",
+                               inputs={"topic": "x" * (MAX_VALUE_BYTES + 1)})
+        assert "inputs.topic" in text and "10 MiB" in text
