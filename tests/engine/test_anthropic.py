@@ -242,8 +242,10 @@ def test_a_session_works_on_the_project_under_its_permissions(server, tmp_path):
     assert results[3]["is_error"] and "(bash: deny)" in results[3]["content"]
     with open_store(tmp_path, "filesystem") as store:
         calls = store.open_run(outcome.run_id).tool_calls()
-    assert [(c.meta["tool"], c.status) for c in calls] == [
-        ("read", "allowed"), ("edit", "allowed"), ("write", "refused"), ("bash", "refused")]
+    assert [(c.meta["tool"], c.status, c.meta["rule"]) for c in calls] == [
+        ("web", "refused", "network: deny"), ("read", "allowed", "read: [**]"),
+        ("edit", "allowed", "write: [src/**]"), ("write", "refused", "write: [src/**]"),
+        ("bash", "refused", "bash: deny")]
 
 
 def test_web_tools_are_offered_for_the_hosts_a_network_list_names(server, tmp_path):

@@ -61,7 +61,9 @@ def test_a_local_skill_is_offered_and_its_files_are_readable(tmp_path):
     result = srv.requests[1]["body"]["messages"][-1]["content"][0]
     assert result["content"] == SKILL and not result["is_error"]
     with open_store(tmp_path, "filesystem") as store:
-        [call] = store.open_run(outcome.run_id).tool_calls()
+        web, call = store.open_run(outcome.run_id).tool_calls()
+    assert (web.meta["tool"], web.status, web.meta["rule"]) == ("web", "refused",
+                                                                "network: prompt")
     assert call.meta["allowed"] and call.meta["rule"] == "skill 'tidy'"
 
 

@@ -157,8 +157,11 @@ class WorkTools:
 
     async def server_tools(self) -> list[dict[str, Any]]:
         """Web search and fetch (run by Anthropic) when this session may use the network;
-        a ``network: [...]`` list limits them to its hosts."""
+        a ``network: [...]`` list limits them to its hosts. The decision is recorded (as
+        tool ``web``): the server tools' own calls happen at Anthropic, out of our sight."""
+        started = time.monotonic()
         decision = await self.gate.network()
+        self._done("web", "search and fetch", decision, started, "")
         if not decision.allowed:
             return []
         domains = self.gate.domains()
