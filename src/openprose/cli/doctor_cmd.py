@@ -85,6 +85,7 @@ def check_api_key(root: Path) -> Check:
 
 def check_postgres(root: Path) -> Check:
     from openprose.state import postgres_schema, postgres_url
+    from openprose.state.config import postgres_scrubbed, postgres_shown
 
     url = postgres_url(root)
     if not url:
@@ -100,40 +101,15 @@ def check_postgres(root: Path) -> Check:
             version = conn.info.parameter_status("server_version") or "?"
             problem = encoding_problem(conn)
     except Exception as err:  # any driver error is this check's answer
-        message = " ".join(str(err).split())
-        for secret in _url_secrets(url):
-            message = message.replace(secret, "***")
-        return Check("postgresql", "fail", f"cannot connect to {_redact(url)}: {message}",
+        message = postgres_scrubbed(" ".join(str(err).split()), url)
+        return Check("postgresql", "fail", f"cannot connect to {postgres_shown(url)}: {message}",
                      "start the server or fix OPENPROSE_POSTGRES_URL (.prose/.env or the "
                      "environment)")
     if problem is not None:
-        return Check("postgresql", "fail", f"PostgreSQL {version} at {_redact(url)}: {problem}",
+        return Check("postgresql", "fail", f"PostgreSQL {version} at {postgres_shown(url)}: {problem}",
                      "point OPENPROSE_POSTGRES_URL at a UTF8 database")
-    return Check("postgresql", "ok", f"PostgreSQL {version} at {_redact(url)}, schema "
+    return Check("postgresql", "ok", f"PostgreSQL {version} at {postgres_shown(url)}, schema "
                                      f"{postgres_schema(root)}")
-
-
-def _url_secrets(url: str) -> list[str]:
-    from urllib.parse import unquote, urlsplit
-
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        return []
-    return [p for p in {password, unquote(password or "")} if p]
-
-
-def _redact(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or "localhost"
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "(the configured URL)"
-    user = f"{parts.username}@" if parts.username else ""
-    return f"{parts.scheme}://{user}{host}{port}{parts.path}"
 
 
 def check_sqlite(root: Path) -> Check:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 
 def read_env_file(project_root: Path) -> dict[str, str]:
@@ -46,3 +49,50 @@ def postgres_url(project_root: Path, environ: Mapping[str, str] | None = None) -
     environ = os.environ if environ is None else environ
     return (settings(project_root, environ).get("OPENPROSE_POSTGRES_URL")
             or environ.get("DATABASE_URL"))
+
+
+#: A password in a key=value connection string or a URL's query (``password=...``).
+_PASSWORD_WORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&]+)", re.IGNORECASE)
+_NOT_A_URL = ("the URL is not a valid connection string (postgresql://USER:PASSWORD@HOST:PORT/DB"
+              " or key=value words)")
+
+
+def postgres_shown(url: str) -> str:
+    """The server a PostgreSQL ``url`` names, fit for any message: user, host, port and
+    database, never the password (in a URL, its query or key=value words)."""
+    parts = _conninfo(url)
+    if parts is None:
+        return "the configured OPENPROSE_POSTGRES_URL"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{parts.get('host') or 'localhost'}{port}/{parts.get('dbname', '')}"
+
+
+def postgres_scrubbed(text: str, url: str) -> str:
+    """``text`` (a driver's error about ``url``) with every secret of the URL replaced by
+    ``***``; for a URL the driver cannot parse, a sentence saying so (the driver's own text
+    may quote any part of it)."""
+    parts = _conninfo(url)
+    if parts is None:
+        return _NOT_A_URL
+    secrets = {url, parts.get("password", "")}
+    for match in _PASSWORD_WORD.finditer(url):
+        secrets.add(match.group(1))
+        secrets.add(unquote(match.group(1).strip("'")))
+    with contextlib.suppress(ValueError):
+        password = urlsplit(url).password or ""
+        secrets |= {password, unquote(password)}
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _conninfo(url: str) -> dict[str, str] | None:
+    """``url``'s parts as the driver reads them (a URL or key=value words); None when it
+    cannot read them."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        return {key: str(value) for key, value in conninfo_to_dict(url).items()}
+    except Exception:  # any driver error, or no driver: nothing of the URL is shown
+        return None

@@ -19,6 +19,7 @@ from openprose.state.backends.sql import (
     grant_from_json,
     tables,
 )
+from openprose.state.config import postgres_scrubbed, postgres_shown
 from openprose.state.driver import DriverHolder, RunLocked
 from openprose.state.errors import BackendUnavailable, StateError
 from openprose.state.names import check_name
@@ -55,18 +56,18 @@ class PostgresBackend(SqlBackend):
                 problem = encoding_problem(first)
         except Exception as err:
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(url)}: "
-                                     f"{reason}") from None
+            raise BackendUnavailable(f"cannot connect to PostgreSQL at {postgres_shown(url)}: "
+                                     f"{postgres_scrubbed(reason, url)}") from None
         if problem is not None:
-            raise BackendUnavailable(f"cannot use PostgreSQL at {_redact(url)}: {problem}")
+            raise BackendUnavailable(f"cannot use PostgreSQL at {postgres_shown(url)}: {problem}")
         self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=False,
                                    kwargs={"autocommit": True})
         try:
             self.pool.open(wait=True, timeout=10)
         except Exception as err:
             self.pool.close()
-            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(url)}: "
-                                     f"{err}") from err
+            raise BackendUnavailable(f"cannot connect to PostgreSQL at {postgres_shown(url)}: "
+                                     f"{postgres_scrubbed(str(err), url)}") from None
         with self.pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(4242001)")
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
@@ -135,8 +136,9 @@ class PostgresBackend(SqlBackend):
             conn = self._psycopg.connect(self._url, autocommit=True,
                                          application_name=f"openprose driver {run_id}")
         except self._psycopg.Error as err:
-            raise BackendUnavailable(f"cannot connect to PostgreSQL at {_redact(self._url)}: "
-                                     f"{err}") from err
+            raise BackendUnavailable(f"cannot connect to PostgreSQL at "
+                                     f"{postgres_shown(self._url)}: "
+                                     f"{postgres_scrubbed(str(err), self._url)}") from None
         try:
             if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
 
@@ -287,11 +289,3 @@ def encoding_problem(conn: Any) -> str | None:
     return (f"database {conn.info.dbname!r} has encoding {encoding}, openprose needs UTF8 "
             "(CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0, or a cluster made "
             "with initdb -E UTF8 --locale=C.UTF-8 as scripts/pg-up does)")
-
-
-def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':')[0]}:***@{host}"
-    return url
