@@ -180,14 +180,17 @@ def plan(steps: list[Step], outline: Outline) -> list[Deviation]:
         if nxt is not None and nxt.tool == "spawn_session" and nxt.statement == cur.statement:
             continue  # the same statement is next anyway (another round)
         again = Step("spawn_session", dict(cur.args, prompt=""))
-        expect = [r"is not next", nxt.expected() if nxt is not None else r"complete_run"]
+        # in a block call that has ended the frame is refused first (it was popped)
+        expect = [r"is not next.*(" + (nxt.expected() if nxt is not None else "complete_run")
+                  + r")|frame \d+ was popped"]
         in_loop = any(a.kind in LOOPS for a in ancestors)
         rerun = any(s.tool == "spawn_session" and s.statement == cur.statement
                     and s.frame == cur.frame for s in steps[k + 1:])
         if in_loop and not rerun:
             add("loop round too many", k + 1, again, expect)
         elif not in_loop:
-            add("statement started twice", k + 1, again, [*expect, r"has already run here"])
+            add("statement started twice", k + 1, again,
+                [*expect, r"has already run here|frame \d+ was popped"])
     return sorted(found.values(), key=lambda d: d.at)
 
 

@@ -23,6 +23,11 @@ SKIPPED: dict[str, str] = {
                                  "the VM token, which the server rightly refuses",
     "19-advanced-parallel.prose": "first/any joins: which branches win depends on timing, so "
                                   "a one-at-a-time walk and prose run differ by design",
+    "45-plugin-release.prose": "an input declared deep in the program: start_run writes the "
+                               "given inputs at once, prose run when it reaches them",
+    "48-habit-miner.prose": "inputs declared deep in the program (as 45)",
+    "47-language-self-improvement.prose": "the path taken never writes the declared output: "
+                                          "prose run completes, complete_run refuses",
 }
 #: Between them: sequences, if/elif/else, choice, judged and counted loops, for, parallel,
 #: blocks (recursive too), try/catch/finally with failing sessions, persistent agents.
@@ -36,6 +41,7 @@ PROGRAMS = {
     "20-fixed-loops.prose": {"changed prompt", "loop round too many"},
     "16-parallel-reviews.prose": {"changed prompt"},
     "40-rlm-self-refine.prose": {"changed prompt", "verdict missing"},
+    "29-captains-chair.prose": {"changed prompt"},  # context a finished block call left
 }
 
 

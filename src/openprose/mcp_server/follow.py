@@ -131,6 +131,8 @@ class _Journal:
 
     def open_session(self, spec: SessionSpec) -> _Opened:
         self.specs[spec.key] = spec
+        if spec.binding is not None:
+            self.follower.bound.setdefault(spec.binding, []).append(spec.execution_id)
         self.follower.moved()
         return _Opened(spec)
 
@@ -152,6 +154,7 @@ class _Journal:
 
     def bind(self, name: str, value: Value, kind: str, execution_id: int | None,
              source: str) -> None:
+        self.follower.bound.setdefault(name, []).append(execution_id)
         self.follower.moved()
 
     def reuse(self, name: str, value: Value, kind: str, execution_id: int | None,
@@ -199,6 +202,7 @@ class Follower:
     asked: dict[str, asyncio.Future[str]] = field(default_factory=dict)  # inputs it waits for
     claimed: set[str] = field(default_factory=set)  # item tokens a host session answers
     done: list[str] = field(default_factory=list)  # keys of the sessions finished
+    bound: dict[str, list[int | None]] = field(default_factory=dict)  # name -> frames bound in
     progress: int = 0
     outcome: str | None = None  # completed | failed (the program's own ending)
     error: str | None = None
@@ -270,6 +274,16 @@ class Follower:
 
     def host_eid(self, own: int | None) -> int | None:
         return self.calls[own].host if own is not None and own in self.calls else None
+
+    def context_frames(self, name: str, own: int | None, session_frame: int | None
+                       ) -> list[int | None]:
+        """The host's frames to resolve a session's context name from, best first: where
+        the program's scope has it, else the session's frame, then where it was bound, the
+        latest first (a name a finished block call left in its frame)."""
+        if own:
+            return [self.host_eid(own)]
+        return [session_frame, *(self.host_eid(f) for f in reversed(self.bound.get(name, []))
+                                 if f and self.host_eid(f) is not None)]
 
     def _frame_of(self, key: str) -> int | None:
         match = _FRAME.match(key)

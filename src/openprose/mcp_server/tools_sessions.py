@@ -276,13 +276,15 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
 
 def _program_session(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
                      context: list[str] | None, followed: tuple[SessionItem, SessionSpec] | None
-                     ) -> tuple[str, list[str]]:
-    """The session's prompt and context names: the program's when the server follows it (a
-    given prompt or context must agree), else the host's."""
+                     ) -> tuple[str, list[tuple[str, int | None]]]:
+    """The session's prompt and context (names, each with the frame to resolve it from):
+    the program's when the server follows it (a given prompt or context must agree), else
+    the host's. The program's context may name what a finished block call left in its
+    frame."""
     if followed is None:
         if not prompt.strip():
             raise Refusal("a session has a prompt", "the prompt is empty", st)
-        return prompt, list(context or ())
+        return prompt, [(name, eid) for name in dict.fromkeys(context or ())]
     item, spec = followed
     program = item.request.prompt
     if prompt.strip() and not same_text(prompt, program):
@@ -290,24 +292,31 @@ def _program_session(driven: DrivenRun, st: Statement, eid: int | None, prompt: 
         raise Refusal("a session's prompt is the program's (leave prompt out: the server "
                       "computes it)", f"the prompt differs from the program's, which is: "
                       f"{shown!r}", st)
-    names = [name for name, _ in spec.context if driven.resolve(name, eid) is not None]
-    extra = [name for name in context or () if name not in names]
+    follower = driven.follower
+    assert follower is not None
+    refs: dict[str, int | None] = {}
+    for name, own in spec.context:
+        frame = next((f for f in follower.context_frames(name, own, eid)
+                      if driven.resolve(name, f) is not None), -1)
+        if frame != -1:
+            refs.setdefault(name, frame)
+    extra = [name for name in context or () if name not in refs]
     if extra:
         raise Refusal("a session's context is the program's (leave context out: the server "
                       "computes it)", f"{', '.join(extra)} not in the program's context ("
-                      + (", ".join(names) or "none") + ")", st)
-    return program, list(dict.fromkeys(names))
+                      + (", ".join(refs) or "none") + ")", st)
+    return program, list(refs.items())
 
 
 def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
            context: list[str] | None, followed: tuple[SessionItem, SessionSpec] | None
            ) -> CallToolResult:
-    prompt, context = _program_session(driven, st, eid, prompt, context, followed)
+    prompt, named = _program_session(driven, st, eid, prompt, context, followed)
     refs = []
-    for name in dict.fromkeys(context or ()):
-        found = driven.resolve(name, eid)
+    for name, frame in named:
+        found = driven.resolve(name, frame)
         if found is None:
-            where = f"frame {eid}" if eid else "the top level"
+            where = f"frame {frame}" if frame else "the top level"
             raise Refusal("context names resolve in the scope chain of the session's frame",
                           f"'{name}' is not a binding visible from {where} (loop "
                           "variables and literals go into the prompt)", st)
@@ -329,7 +338,7 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
         kind = "anonymous"
     sequence = driven.sequence[(st.id, eid or 0)] + 1
     key = session_key(st.id, eid, sequence)
-    input_hash = digest("\n".join([prompt, *(context or ())]))[:16]
+    input_hash = digest("\n".join([prompt, *(name for name, _ in named)]))[:16]
     start = SessionStart(key, input_hash, ref, kind, st.source, tuple(refs), memory,
                          {"line": st.line, "statement": st.id,
                           "binding": [ref.name, ref.execution_id]},
