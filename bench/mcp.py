@@ -39,6 +39,13 @@ and talks to it over a real stdio pipe with the SDK's client, as a host does. Se
   session's subagent, ours and all, for the plugin's ``openprose:session`` agent and for a
   ``general-purpose`` one. Target for ours per subagent request: <= 3 KB.
 
+- ``embodied`` (issue 22): the same corpus programs run guided (a host answering next_step)
+  and embodied (tests/mcp_server/tool_host.py's scripted host stepping the program, which the
+  server follows): the main agent's requests (its tool calls) and the bytes of their results it
+  reads (structured content as JSON), and ``start_run``'s own bytes in each mode.
+  ``PYTHONPATH=<checkout>/src`` measures another checkout's server (its ``start_run`` bytes
+  and guided runs; the embodied walker needs ``get_brief``).
+
 A section is a function taking the connected client and the options and printing its lines;
 add one to ``SECTIONS``.
 """
@@ -498,6 +505,111 @@ async def section_subagent_tools(client: Client, options: argparse.Namespace) ->
 
 
 Section = Callable[[Client, argparse.Namespace], Awaitable[None]]
+#: Programs with sequences, if/elif/else, choice, judged loops, parallel and blocks.
+EMBODIED_PROGRAMS = ("25-conditionals.prose", "24-choice-blocks.prose",
+                     "16-parallel-reviews.prose", "14-composition-blocks.prose",
+                     "40-rlm-self-refine.prose", "18-mixed-parallel-sequential.prose",
+                     "20-fixed-loops.prose")
+#: Calls a session's subagent makes (its own context), not the main agent.
+SUBAGENT_TOOLS = frozenset({"get_brief", "read_binding", "read_memory", "write_memory"})
+
+
+def embodied_walk(options: argparse.Namespace, name: str, source: str
+                  ) -> tuple[int, int]:
+    """(main-agent requests, bytes of their results) of an embodied walk of ``source``: a
+    ``prose serve`` over stdio stepped by the tests' scripted host (answers as guided runs
+    get them: a condition false twice then true, a choice its first option)."""
+    sys.path.insert(0, str(REPO))
+    from tests.mcp_server.tool_host import Bridge, walk
+
+    seen: list[tuple[str, dict[str, Any], int]] = []
+
+    class Counting(Bridge):
+        async def _call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            result = await super()._call(tool, arguments)
+            content = {k: v for k, v in result.items() if k != "_text"}
+            seen.append((tool, arguments, seen_bytes(content)))
+            return result
+
+    project = options.project / f"embodied-{name}"
+    project.mkdir()
+    (project / name).write_text(source, encoding="utf-8")
+    keep = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
+    server = StdioServerParameters(command=PROSE, args=["serve", "--project", str(project)],
+                                   env={"HOME": str(project), **keep})
+    script = {"sessions": [{"match": ".", "output": "r" * 100}],
+              "conditions": [{"match": ".", "verdicts": [False, False, True]}]}
+    walk(server, {"mode": "legacy"}, source, name, corpus_inputs(source), script,
+         bridge_type=Counting, concurrency=1)
+    main = [(tool, size) for tool, arguments, size in seen
+            if tool not in SUBAGENT_TOOLS
+            and not (tool == "write_binding" and not str(arguments.get("token", ""))
+                     .startswith("vm."))]
+    return len(main), sum(size for _, size in main)
+
+
+async def guided_requests(client: Client, source: str) -> tuple[int, int]:
+    """(main-agent requests, bytes of their results) of a guided run of ``source``: start_run,
+    each next_step and submit_verdict (sessions are written by subagents); answers as
+    :func:`embodied_walk`'s."""
+    started = await call(client, "start_run", program=source, inputs=corpus_inputs(source),
+                         mode="guided")
+    vm = started.structured_content["vm_token"]
+    requests, size = 1, seen_bytes(started.structured_content)
+    rounds: dict[str, int] = {}
+    answered: set[str] = set()
+    while True:
+        step = await call(client, "next_step", vm_token=vm, wait_s=5.0)
+        requests, size = requests + 1, size + seen_bytes(step.structured_content)
+        content = step.structured_content
+        if content["status"] != "running":
+            return requests, size
+        for item in content.get("pending", []):
+            if item["token"] in answered:
+                continue
+            answered.add(item["token"])
+            if item["kind"] == "session":
+                await call(client, "write_binding", token=item["token"], value="r" * 100)
+                continue
+            seen = rounds[item["condition"]] = rounds.get(item["condition"], -1) + 1
+            verdict: bool | str = item["options"][0] if item.get("options") else seen >= 2
+            done = await call(client, "submit_verdict", token=item["token"], value=verdict,
+                              reason="scripted")
+            requests, size = requests + 1, size + seen_bytes(done.structured_content or {})
+
+
+async def section_embodied(client: Client, options: argparse.Namespace) -> None:
+    """Issue 22: what an embodied run costs the main agent beside a guided one."""
+    corpus = Path(options.corpus)
+    print("main agent: requests (tool calls) and bytes of their results, guided vs embodied; "
+          "start_run's bytes in each mode")
+    print(f"{'program':<36} {'guided req':>10} {'bytes':>8} {'embodied req':>12} {'bytes':>8} "
+          f"{'start guided':>12} {'start embodied':>14}")
+    for name in EMBODIED_PROGRAMS:
+        path = corpus / name
+        if not path.is_file():
+            print(f"{name:<36} skipped (not found)")
+            continue
+        source = path.read_text(encoding="utf-8")
+        inputs = corpus_inputs(source)
+        starts = []
+        for mode in ("guided", "host"):
+            started = await call(client, "start_run", program=source, inputs=inputs, mode=mode)
+            starts.append(seen_bytes(started.structured_content))
+            if mode == "guided":
+                await call(client, "cancel_run", run_id=started.structured_content["run_id"])
+        guided = await guided_requests(client, source)
+        try:
+            embodied: tuple[int, int] | str = await anyio.to_thread.run_sync(
+                embodied_walk, options, name, source)
+        except Exception as err:  # an older server: no get_brief for the walker
+            embodied = f"({type(err).__name__})"
+        shown = f"{embodied[0]:>12} {embodied[1]:>8}" if isinstance(embodied, tuple) \
+            else f"{embodied:>21}"
+        print(f"{name:<36} {guided[0]:>10} {guided[1]:>8} {shown} {starts[0]:>12} "
+              f"{starts[1]:>14}")
+
+
 SECTIONS: dict[str, Section] = {
     "results": section_results,
     "tools": section_tools,
@@ -507,6 +619,7 @@ SECTIONS: dict[str, Section] = {
     "main-bytes": section_main_bytes,
     "plugin": section_plugin,
     "subagent-tools": section_subagent_tools,
+    "embodied": section_embodied,
 }
 
 
