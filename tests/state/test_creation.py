@@ -117,8 +117,7 @@ def test_a_run_arrives_in_a_watched_directory_as_one_rename(project, home, backe
     run = made[0]
     # one directory event, the run's (a rename from an unwatched place shows as "created")
     assert [name for _, name in seen] == [run.id]  # type: ignore[attr-defined]
-    if backend == "filesystem":
-        inside = _watched(runs / run.id, lambda: run.child(  # type: ignore[attr-defined]
-            "alice", "research", 'output x = "y"\n'))
-        assert inside == []
+    inside = _watched(runs / run.id, lambda: run.child(  # type: ignore[attr-defined]
+        "alice", "research", 'output x = "y"\n'))
+    assert inside == []
     store.close()

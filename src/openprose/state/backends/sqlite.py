@@ -144,6 +144,7 @@ class SqliteBackend(SqlBackend):
             return
 
         def build(directory: Path) -> None:
+            (directory / "imports").mkdir()  # an import run then arrives by one rename
             atomic_write(directory / "program.prose", record.program_source)
             conn = sqlite3.connect(directory / "state.db", timeout=BUSY_SECONDS,
                                    isolation_level=None)
