@@ -73,3 +73,31 @@ async def test_a_value_over_the_limit_is_refused_before_anything_is_written(root
         text = await h.refused("start_run", program="p.prose",
                                inputs={"topic": "x" * (MAX_VALUE_BYTES + 1)})
         assert "inputs.topic" in text and "10 MiB" in text
+
+
+# ------------------------------------------------------------------ bindings written once
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_the_vm_token_never_rewrites_an_input_the_caller_gave(root, era):
+    """The VM token rewrote `topic` after start_run bound it: a host could replace the
+    user's input under every later statement (a const was already written once)."""
+    async with host(root, era, watch=False) as h:
+        started = await h.call("start_run", program="p.prose", inputs={"topic": "tides"})
+        vm = started["vm_token"]
+        text = await h.refused("write_binding", token=vm, name="topic", value="anything")
+        assert "rule: an input is bound once" in text and "'topic' is an input" in text
+        # the same value again is a resend, answered without a write
+        again = await h.call("write_binding", token=vm, name="topic", value="tides")
+        assert again["binding"] == "topic"
+        read = await h.call("read_binding", token=vm, name="topic")
+        assert read["value"] == "tides"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_input_nobody_gave_is_written_once_by_the_vm(root, era):
+    async with host(root, era, watch=False) as h:
+        started = await h.call("start_run", program="p.prose")
+        vm = started["vm_token"]
+        await h.call("write_binding", token=vm, name="topic", value="the user's answer")
+        text = await h.refused("write_binding", token=vm, name="topic", value="another")
+        assert "rule: an input is bound once" in text

@@ -45,6 +45,10 @@ from openprose.mcp_server.tools_runs import binding_uri_name
 from openprose.state import AgentRef, BindingRef, SessionStart
 
 READ_LIMIT = 100_000
+#: Kinds of binding the VM token never rewrites, by the rule a refusal names: a const's value
+#: is fixed, an input's is the caller's (given to start_run, or the user's answer).
+WRITTEN_ONCE = {"const": "a const is written once",
+                "input": "an input is bound once, to the value its caller gave"}
 PROMPT_SHOWN = 600  # characters of the program's prompt a refusal shows
 SESSION_BINDING_KINDS = frozenset({"let", "const", "output", "input"})
 
@@ -463,10 +467,6 @@ async def _vm_write(ctx: ServerContext, token: str, name: str, value: str, copy_
         raise Refusal("a session's binding is written by that session (with its session "
                       "token)", f"the session for '{name}' is still pending", statement)
     kind = statement.binding_kind if statement.binding_kind in SESSION_BINDING_KINDS else "let"
-    existing = dict(driven.run.binding_index()).get(ref)
-    if existing == "const":
-        raise Refusal("a const is written once", f"'{name}' is a const that already has a "
-                      "value", statement)
     if copy_of:
         found = driven.resolve(copy_of, eid)
         if found is None:
@@ -474,10 +474,19 @@ async def _vm_write(ctx: ServerContext, token: str, name: str, value: str, copy_
                           f"no binding '{copy_of}' is visible from "
                           + (f"frame {eid}" if eid else "the top level"), statement)
         value = found.value
-    with state_errors("write_binding", statement):
-        driven.run.write_binding(ref, value, kind, statement.source)
-    if statement.kind == "input" and driven.follower is not None:
-        await driven.follower.input_written(name, value)
+    existing = dict(driven.run.binding_index()).get(ref)
+    if existing in WRITTEN_ONCE:  # the same value again is a resend: nothing to write
+        with state_errors("write_binding", statement):
+            same = driven.run.read_binding(ref).value == value
+        if not same:
+            article = "an" if existing == "input" else "a"
+            raise Refusal(WRITTEN_ONCE[existing], f"'{name}' is {article} {existing} that "
+                          "already has another value", statement)
+    else:
+        with state_errors("write_binding", statement):
+            driven.run.write_binding(ref, value, kind, statement.source)
+        if statement.kind == "input" and driven.follower is not None:
+            await driven.follower.input_written(name, value)
     result = WriteResult(binding=name, location=driven.run.binding_location(ref),
                          execution_id=eid, bytes=len(value.encode()), summary=summary or None)
     await ctx.changed(driven.id, [binding_uri_name(ref)])
