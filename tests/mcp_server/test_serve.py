@@ -21,6 +21,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from openprose.mcp_server.transport import MAX_MESSAGE_BYTES
+
 pytestmark = pytest.mark.anyio
 PROSE = str(Path(sys.executable).with_name("prose"))
 ERAS = [pytest.param({"mode": "legacy"}, id="handshake"), pytest.param({}, id="2026-07-28")]
@@ -277,3 +279,47 @@ async def test_serve_state_option_is_the_backend_of_runs_started_without_one(
     assert not result.is_error, result.content
     assert result.structured_content["backend"] == "sqlite"
     assert (project / ".prose" / "runs" / result.structured_content["run_id"] / "state.db").is_file()
+
+
+def test_stdio_answers_a_message_over_the_limit_without_holding_it(project: Path) -> None:
+    """A line longer than MAX_MESSAGE_BYTES is skipped as it is read (a 200 MB line once took
+    the server to 800 MB of memory) and answered with an error addressed to its id; the
+    server goes on serving."""
+    process = subprocess.Popen([PROSE, "serve", "--project", str(project)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, env=_environ())
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(_jsonrpc_line())
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 1
+        head = b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": ' \
+               b'"compile_program", "arguments": {"program": "'
+        process.stdin.write(head + b"x" * MAX_MESSAGE_BYTES + b'"}}}\n')
+        process.stdin.write(b'{"jsonrpc": "2.0", "id": 8, "method": "ping"}\n')
+        process.stdin.flush()
+        refused = json.loads(process.stdout.readline())
+        assert refused["id"] == 7 and refused["error"]["code"] == -32600
+        assert "larger than 11 MiB" in refused["error"]["message"]
+        assert json.loads(process.stdout.readline()) == {"jsonrpc": "2.0", "id": 8,
+                                                         "result": {}}
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)
+
+
+async def test_http_takes_what_stdio_takes_and_refuses_more(served: Served) -> None:
+    """The HTTP body limit is the stdio one (the SDK's default, 4 MiB, refused a value that
+    stdio takes)."""
+    token = _printed_token(served)
+    value = "x" * (5 * 1024 * 1024)
+    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"},
+                                  timeout=60) as http:
+        async with Client(streamable_http_client(served.url, http_client=http),
+                          mode="legacy") as client:
+            result = await client.call_tool("compile_program", {"program": value})
+            assert result.is_error and "1 MiB" in result.content[0].text
+        too_big = await http.post(served.url, content=b"x" * (MAX_MESSAGE_BYTES + 1),
+                                  headers={"content-type": "application/json",
+                                           "accept": "application/json, text/event-stream"})
+        assert too_big.status_code == 413

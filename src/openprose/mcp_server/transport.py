@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import io
 import json
 import os
 import queue
+import re
 import secrets
 import signal
 import socket
@@ -32,6 +32,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from openprose.errors import OpenProseError
 from openprose.state.config import settings
+from openprose.state.models import MAX_VALUE_BYTES
 
 if TYPE_CHECKING:  # the SDK loads only once the settings and the port are known to be good
     from mcp.server.mcpserver import MCPServer
@@ -46,6 +47,13 @@ STDIN_BUFFER = 16
 STDOUT_QUEUE = 256
 #: Seconds a stopping server gives its queued messages to reach the client.
 STDOUT_DRAIN_S = 5.0
+#: The largest message a client may send, on either transport: a value's limit and room for
+#: the call around it. A longer stdio line is skipped unread and answered with an error naming
+#: the limit; a longer HTTP body is answered 413. (Unbounded, one 200 MB line took the server
+#: to 800 MB of memory; a few of them would end it.)
+MAX_MESSAGE_BYTES = MAX_VALUE_BYTES + 1024 * 1024
+#: The request id in a message's first bytes, before its params (clients send it there).
+_REQUEST_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -137,12 +145,20 @@ async def _first_signal(received: list[int], stop: Callable[[], Awaitable[None]]
             return
 
 
-def _read_lines(stream: IO[str], send: MemoryObjectSendStream[str],
-                token: EventLoopToken) -> None:
+def _read_lines(stream: IO[bytes], send: MemoryObjectSendStream[str],
+                token: EventLoopToken, writer: LineWriter) -> None:
     """Hand ``stream``'s lines to the event loop until EOF or until the loop is gone: into
-    the stream's buffer when it has room (a callback, no task), else waiting for room."""
+    the stream's buffer when it has room (a callback, no task), else waiting for room. A line
+    longer than :data:`MAX_MESSAGE_BYTES` is skipped without being held, and ``writer``
+    answers it with an error."""
     try:
-        for line in stream:
+        while raw := stream.readline(MAX_MESSAGE_BYTES + 1):
+            if len(raw) > MAX_MESSAGE_BYTES and not raw.endswith(b"\n"):
+                writer.send_now(too_large(raw[:4096]))
+                while (rest := stream.readline(1 << 20)) and not rest.endswith(b"\n"):
+                    pass
+                continue
+            line = raw.decode("utf-8", errors="replace")
             try:
                 anyio.from_thread.run_sync(send.send_nowait, line, token=token)
             except anyio.WouldBlock:
@@ -150,6 +166,19 @@ def _read_lines(stream: IO[str], send: MemoryObjectSendStream[str],
         anyio.from_thread.run_sync(send.close, token=token)
     except (RuntimeError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         return
+
+
+def too_large(head: bytes) -> str:
+    """The JSON-RPC error answering a message over the limit, whose first bytes are ``head``:
+    addressed to its id when one comes before its params, else to none (null)."""
+    before_params = head.split(b'"params"', 1)[0]
+    found = _REQUEST_ID.search(before_params)
+    request_id = json.loads(found.group(1)) if found else None
+    limit = MAX_MESSAGE_BYTES // (1024 * 1024)
+    message = (f"the message is larger than {limit} MiB and was not read (a value may hold at "
+               f"most {MAX_VALUE_BYTES // (1024 * 1024)} MiB)")
+    return json.dumps({"jsonrpc": "2.0", "id": request_id,
+                       "error": {"code": -32600, "message": message}}) + "\n"
 
 
 class LineWriter:
@@ -178,6 +207,10 @@ class LineWriter:
 
     async def flush(self) -> None:
         """Nothing to do: lines are written unbuffered."""
+
+    def send_now(self, text: str) -> None:
+        """Queue ``text`` from a thread other than the event loop's (waits for room)."""
+        self._lines.put(text.encode("utf-8"))
 
     def close(self) -> None:
         """Write what is queued (for at most :data:`STDOUT_DRAIN_S`), then stop."""
@@ -224,11 +257,11 @@ async def serve_stdio(mcp: MCPServer) -> int | None:
 
     received: list[int] = []
     send, lines = anyio.create_memory_object_stream[str](STDIN_BUFFER)
-    stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-    threading.Thread(target=_read_lines, args=(stdin, send, anyio.lowlevel.current_token()),
-                     name="prose-serve-stdin", daemon=True).start()
     with claimed_stdout() as wire:
         writer = LineWriter(wire)
+        threading.Thread(target=_read_lines, args=(sys.stdin.buffer, send,
+                                                   anyio.lowlevel.current_token(), writer),
+                         name="prose-serve-stdin", daemon=True).start()
         try:
             async with anyio.create_task_group() as group, \
                     stdio_server(stdin=lines, stdout=writer) as streams:  # type: ignore[arg-type]
@@ -247,7 +280,8 @@ async def serve_stdio(mcp: MCPServer) -> int | None:
 async def serve_http(mcp: MCPServer, sock: socket.socket, token: str) -> int | None:
     """Serve streamable HTTP at ``/mcp`` on the bound loopback ``sock``, bearer token required,
     until a stop signal (its number is returned)."""
-    app = BearerAuth(mcp.streamable_http_app(host=LOOPBACK), token)
+    app = BearerAuth(mcp.streamable_http_app(host=LOOPBACK,
+                                             max_request_body_size=MAX_MESSAGE_BYTES), token)
     server = _uvicorn_server(app, sock)
     received: list[int] = []
 
