@@ -101,6 +101,14 @@ def test_pg_up_makes_a_utf8_cluster_on_a_free_port_of_its_own_and_reuses_it(pg_d
         again = _pg_up(pg_dir)  # a second pg-up reuses, never re-creates
         assert again.returncode == 0 and again.stdout == first.stdout
         assert (pg_dir / "data" / "marker-of-this-cluster").exists()
+        # a SQL_ASCII test database, as an older pg-up made without a locale, is made anew
+        with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+            conn.execute("DROP DATABASE openprose_test")
+            conn.execute("CREATE DATABASE openprose_test ENCODING 'SQL_ASCII' LC_COLLATE 'C'"
+                         " LC_CTYPE 'C' TEMPLATE template0")
+        assert _pg_up_bare(pg_dir).stdout == first.stdout
+        with psycopg.connect(url) as conn:
+            assert conn.info.parameter_status("server_encoding") == "UTF8"
     finally:
         taken.close()
 
