@@ -34,6 +34,9 @@ QUIET_TURNS = 20
 #: A parallel fan-out's window: every iteration parks at once, as the host may start them.
 FAN_OUT = 1 << 20
 RULE = "a statement starts when the program reaches it (the server follows the program)"
+#: Journal records of a followed run's sessions and verdicts by the interpreter's key (a
+#: restarted server replays them); each is also recorded under its statement's key.
+FOLLOW_PREFIX = "mcp:follow:"
 _FRAME = re.compile(r"^(.*>[^.\[|>?]+)")
 
 
@@ -115,19 +118,35 @@ class _Opened:
         return None
 
 
+@dataclass
+class Replay:
+    """What a followed run did before this server started, by the interpreter's keys: the
+    interpreter replays it (as a resumed engine run does) to reach where the run is."""
+
+    sessions: dict[str, Recorded] = field(default_factory=dict)
+    verdicts: dict[str, Recorded] = field(default_factory=dict)
+    frames: dict[str, int] = field(default_factory=dict)  # call key -> host execution id
+    popped: set[int] = field(default_factory=set)  # host execution ids of popped frames
+
+
 class _Journal:
     """What the interpreter records, kept in memory: the host's calls write the run."""
 
     writes_wait = False
 
-    def __init__(self, follower: Follower, has_memory: Callable[[str], bool]) -> None:
+    def __init__(self, follower: Follower, has_memory: Callable[[str], bool],
+                 replay: Replay) -> None:
         self.follower = follower
         self.memory = has_memory
+        self.replay = replay
         self.specs: dict[str, SessionSpec] = {}
         self.verdicts: dict[str, bool | str] = {}
 
     def session_result(self, key: str) -> Recorded | None:
-        return None
+        found = self.replay.sessions.get(key)
+        if found is not None:
+            self.follower.done.append(key)
+        return found
 
     def open_session(self, spec: SessionSpec) -> _Opened:
         self.specs[spec.key] = spec
@@ -140,7 +159,10 @@ class _Journal:
         return self.open_session(spec)
 
     def verdict(self, key: str) -> Recorded | None:
-        return None
+        found = self.replay.verdicts.get(key)
+        if found is not None:
+            self.verdicts[key] = found.value  # type: ignore[assignment]
+        return found
 
     def decision(self, key: str, branches: int) -> None:
         return None
@@ -211,9 +233,10 @@ class Follower:
 
     @classmethod
     def start(cls, program: n.Program, source: str, file: str, outline: Outline,
-              inputs: dict[str, str], has_memory: Callable[[str], bool]) -> Follower:
+              inputs: dict[str, str], has_memory: Callable[[str], bool],
+              replay: Replay | None = None) -> Follower:
         follower = cls(outline)
-        follower.journal = _Journal(follower, has_memory)
+        follower.journal = _Journal(follower, has_memory, replay or Replay())
         options = Options(max_concurrency=FAN_OUT, sleep=_no_sleep, ask=follower.ask,
                           listener=follower.observe)
         interpreter = Interpreter(program, source, follower.journal, follower.provider,
@@ -250,7 +273,9 @@ class Follower:
 
     def entered(self, block: str, args: dict[str, Value], parent: int | None, key: str) -> int:
         own = len(self.calls) + 1
-        self.calls[own] = Call(key, block, {k: to_text(v) for k, v in args.items()}, parent, own)
+        host = self.journal.replay.frames.get(key) if self.journal else None
+        self.calls[own] = Call(key, block, {k: to_text(v) for k, v in args.items()}, parent, own,
+                               host, closed=host is not None and host in self.journal.replay.popped)
         self.moved()
         return own
 
@@ -383,6 +408,16 @@ class Follower:
                               "twice)")
         raise self.refuse(statement, f"statement {statement.id}{where} is not next")
 
+    async def parked(self, key: str) -> SessionItem | None:
+        """The parked session at interpreter key ``key``, claimed (a session granted before
+        this server started, found again)."""
+        await self.quiet()
+        for item in self.sessions():
+            if item.key == key and item.token not in self.claimed:
+                self.claimed.add(item.token)
+                return item
+        return None
+
     def release(self, token: str) -> None:
         """A claimed session whose grant was refused after all: it is next again."""
         self.claimed.discard(token)
@@ -472,4 +507,5 @@ class Follower:
         return Refusal("a run completes when its program has finished",
                        f"{detail}; next: {self.expected()}")
 
-__all__ = ["Call", "Follower", "round_of", "same_text", "statement_of"]
+__all__ = ["FOLLOW_PREFIX", "Call", "Follower", "Replay", "round_of", "same_text",
+           "statement_of"]

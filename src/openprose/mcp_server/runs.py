@@ -19,6 +19,7 @@ the server checks calls against: the outline, live sessions, statement statuses.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import secrets
@@ -28,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from openprose.engine.briefs import Brief
+from openprose.engine.journal import Recorded
 from openprose.language import compile as compile_program
-from openprose.mcp_server.follow import Follower
+from openprose.mcp_server.follow import FOLLOW_PREFIX, Follower, Replay
 from openprose.mcp_server.outline import Agent, Outline, Statement, build
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.resources import RunCatalog
@@ -97,6 +99,7 @@ class Pending:
     #: server, which kept the VM's prompt.
     brief: Brief | None = None
     follows: str | None = None  # the followed program's parked session it answers
+    path: str | None = None  # its interpreter key (a followed run's session)
 
 
 @dataclass
@@ -292,8 +295,57 @@ class DrivenRun:
             statement = outline.statements.get(sid)
             if key not in ended and statement is not None and "binding" in entry.meta:
                 ref = BindingRef(*entry.meta["binding"])
-                driven.pending[key] = Pending(statement, ref, key, entry.input_hash)
+                driven.pending[key] = Pending(statement, ref, key, entry.input_hash,
+                                              path=entry.meta.get("path"))
+        if mode == HOST and run.status == "running" and _in_event_loop() and not any(
+                s.kind == "call_program" for s in outline.statements.values()):
+            driven.follower = Follower.start(
+                result.program, run.program_source, file, outline, driven.recorded_inputs(),
+                driven.has_memory, driven.replay())
         return driven
+
+    def recorded_inputs(self) -> dict[str, str]:
+        return {ref.name: self.run.read_binding(ref).value
+                for ref, kind in self.run.binding_index()
+                if kind == "input" and ref.execution_id is None}
+
+    def replay(self) -> Replay:
+        """What the followed run did before (see :class:`~.follow.Replay`), from the
+        journal: sessions by the interpreter key their grant noted, verdicts, frames."""
+        replay = Replay(frames={f.key: f.execution_id for f in self.run.frames() if f.key},
+                        popped={f.execution_id for f in self.run.frames()
+                                if f.status == "completed"})
+        results = {e.key: e for e in self.run.journal_entries() if e.kind == "result"}
+        for key, entry in results.items():
+            if not key.startswith(FOLLOW_PREFIX):
+                continue
+            path, meta = key.removeprefix(FOLLOW_PREFIX), entry.meta
+            if "session" not in meta:
+                replay.verdicts[path] = Recorded(meta["hash"], meta["value"],
+                                                 meta.get("reason", ""))
+                continue
+            done = results.get(meta["session"])
+            if done is not None and done.status == "completed" and done.binding is not None:
+                value = self.run.read_binding(done.binding).value
+                replay.sessions[path] = Recorded(meta["hash"], value)
+        return replay
+
+
+async def followed_session(driven: DrivenRun, pending: Pending) -> str | None:
+    """The followed program's parked session ``pending`` answers: found again by its
+    interpreter key when it was granted before this server started."""
+    if pending.follows is None and pending.path and driven.follower is not None:
+        item = await driven.follower.parked(pending.path)
+        pending.follows = item.token if item is not None else None
+    return pending.follows
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _statement_of(key: str) -> tuple[str, int]:

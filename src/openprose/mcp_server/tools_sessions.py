@@ -20,7 +20,7 @@ from openprose.engine.permissions import (
 from openprose.language import nodes as n
 from openprose.mcp_server.briefing import EMBODIED_TOOLS, START, brief_reply
 from openprose.mcp_server.context import ServerContext
-from openprose.mcp_server.follow import same_text
+from openprose.mcp_server.follow import FOLLOW_PREFIX, same_text
 from openprose.mcp_server.guided import SessionItem
 from openprose.mcp_server.outline import SESSION_KINDS, Agent, Statement
 from openprose.mcp_server.refusal import Refusal, state_errors
@@ -39,6 +39,7 @@ from openprose.mcp_server.runs import (
     Pending,
     agent_ref,
     digest,
+    followed_session,
     session_key,
 )
 from openprose.mcp_server.tools_runs import binding_uri_name
@@ -345,18 +346,23 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
     input_hash = digest("\n".join([prompt, *(name for name, _ in named)]))[:16]
     start = SessionStart(key, input_hash, ref, kind, st.source, tuple(refs), memory,
                          {"line": st.line, "statement": st.id,
-                          "binding": [ref.name, ref.execution_id]},
+                          "binding": [ref.name, ref.execution_id],
+                          **({"path": followed[1].key} if followed else {})},
                          grant_fields(st.agent, statement_permissions(driven, st, definition,
                                                                       eid), key, st.line))
     with state_errors("spawn_session", st):
         granted = driven.run.start_sessions([start])[0]
     if isinstance(granted, Exception):
         raise Refusal("a session is granted exactly its binding", str(granted), st)
+    if followed is not None:  # noted for a restarted server's replay
+        driven.run.record_result(FOLLOW_PREFIX + followed[1].key, status="state",
+                                 meta={"session": key, "hash": followed[1].input_hash})
     driven.sequence[(st.id, eid or 0)] = sequence
     driven.pending[key] = Pending(st, ref, key, input_hash, granted.token,
                                   session_brief(driven, st, ref.name, prompt, refs,
                                                 definition, memory, eid),
-                                  followed[0].token if followed else None)
+                                  followed[0].token if followed else None,
+                                  followed[1].key if followed else None)
     result = SpawnResult(session_token=granted.token, binding=ref.name,
                          execution_id=ref.execution_id, agent=st.agent or None, start=START)
     return reply(result, grant_text(result), exclude_none=True)
@@ -391,8 +397,9 @@ async def _session_write(ctx: ServerContext, token: str, name: str, value: str, 
                          driven.run.binding_location(ref), execution_id=ref.execution_id,
                          bytes=len(value.encode()), summary=summary or None)
     driven.written[digest(token)] = KeptWrite(digest(value), result)
-    if pending.follows is not None and driven.follower is not None:
-        await driven.follower.written(pending.follows, value, summary)
+    follows = await followed_session(driven, pending)
+    if follows is not None and driven.follower is not None:
+        await driven.follower.written(follows, value, summary)
     hooks = ctx.modes.get(driven.mode)
     if hooks is not None:
         await hooks.session_written(ctx, driven, pending, binding)

@@ -8,11 +8,13 @@ from typing import Annotated, Literal
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 
+from openprose.engine import keys
 from openprose.mcp_server.context import ServerContext
+from openprose.mcp_server.follow import FOLLOW_PREFIX
 from openprose.mcp_server.outline import SESSION_KINDS
 from openprose.mcp_server.refusal import Refusal, state_errors
 from openprose.mcp_server.results import FrameResult, StateResult, VerdictResult, reply
-from openprose.mcp_server.runs import digest, verdict_key
+from openprose.mcp_server.runs import digest, followed_session, verdict_key
 from openprose.state import BindingRef
 
 Status = Literal["started", "complete", "failed", "skipped", "iteration", "waiting"]
@@ -61,8 +63,9 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             driven.set_status(st, status, record)
             driven.render()
         for pending in failing:  # the program's retry and catch decide what comes next
-            if pending.follows is not None and driven.follower is not None:
-                await driven.follower.failed(pending.follows, note or "failed")
+            follows = await followed_session(driven, pending)
+            if follows is not None and driven.follower is not None:
+                await driven.follower.failed(follows, note or "failed")
         await ctx.changed(driven.id)
         result = StateResult(statement=st.id, status=status, line=st.line, execution_id=eid)
         return reply(result, f"state: {st.id} (line {st.line}) {status}"
@@ -115,7 +118,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         source = call.source if call is not None else f"do {block}"
         with state_errors("push_frame", call):
             frame = driven.run.push_frame(block, {k: v[:ARG_PREVIEW] for k, v in given.items()},
-                                          parent, definition.max_depth)
+                                          parent, definition.max_depth,
+                                          key=followed.key if followed else None)
             if followed is not None:
                 followed.host = frame.execution_id
             for param in definition.params:
@@ -197,6 +201,10 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             with state_errors("record_verdict", st):
                 driven.run.record_verdict(key, digest(st.source)[:16], value, reason)
             if asked is not None and driven.follower is not None:
+                request = asked.request  # noted for a restarted server's replay
+                driven.run.record_result(FOLLOW_PREFIX + asked.key, status="state", meta={
+                    "value": value, "reason": reason,
+                    "hash": keys.input_hash(request.text, request.options, request.round)})
                 await driven.follower.judged(asked, value, reason)
             await ctx.changed(driven.id)
         shown = recorded if recorded is not None else None
