@@ -62,3 +62,38 @@ async def test_a_restarted_server_follows_the_run_from_where_it_is(tmp_path: Pat
         await h.call("write_binding", token=final["session_token"], value="the note")
         done = await h.call("complete_run", vm_token=vm)
     assert done["status"] == "completed"
+
+
+async def test_prose_resume_of_an_embodied_run_reuses_what_the_host_did(tmp_path: Path
+                                                                       ) -> None:
+    """The engine resumes an embodied run like its own: sessions and verdicts the host did
+    are reused (they are noted under the engine's keys), only the rest is run."""
+    from openprose.engine import Options, ScriptedProvider, runner
+
+    (tmp_path / "note.prose").write_text(PROGRAM)
+    async with host(tmp_path, {}, watch=False) as h:
+        run = await h.call("start_run", program="note.prose")
+        vm, run_id = run["vm_token"], run["run_id"]
+        draft = await h.call("spawn_session", vm_token=vm, statement="1")
+        await h.call("write_binding", token=draft["session_token"], value="a draft")
+        await h.call("record_verdict", vm_token=vm, statement="2.if0", value=False,
+                     reason="short")
+
+    asked: list[str] = []
+
+    class Counting(ScriptedProvider):
+        async def run_session(self, request, io):  # type: ignore[no-untyped-def]
+            asked.append(request.prompt)
+            return await super().run_session(request, io)
+
+        async def judge(self, request):  # type: ignore[no-untyped-def]
+            asked.append(request.text)
+            return await super().judge(request)
+
+    job = runner.resume_job(run_id, tmp_path, "filesystem", options=Options())
+    script = {"sessions": [{"match": ".", "output": "done"}],
+              "conditions": [{"match": ".", "verdicts": [True]}]}
+    outcome = await runner.execute(job, Counting(script))
+    assert outcome.status == "completed", outcome.error
+    assert "Draft a note" not in asked and "the draft is long" not in asked
+    assert asked[0] == "Extend it"  # the verdict the host recorded chose the else branch

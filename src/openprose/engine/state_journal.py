@@ -198,9 +198,22 @@ class StateJournal:
 
     def session_result(self, key: str) -> Recorded | None:
         entry = self.run.journal(key)
-        if entry is None or entry.kind != "result" or entry.status != "completed":
+        if entry is None:
+            return self.followed_session(key)
+        if entry.kind != "result" or entry.status != "completed":
             return None
         return Recorded(entry.input_hash, entry.value)
+
+    def followed_session(self, key: str) -> Recorded | None:
+        """The session an embodied host did at ``key`` (see ``state.FOLLOWED_STEP``)."""
+        note = self.run.journal(state.FOLLOWED_STEP + key)
+        if note is None or "session" not in note.meta:
+            return None
+        done = self.run.journal(note.meta["session"])
+        if done is None or done.kind != "result" or done.status != "completed" \
+                or done.binding is None:
+            return None
+        return Recorded(note.meta["hash"], self.run.read_binding(done.binding).value)
 
     def open_session(self, spec: SessionSpec) -> _OpenSession:
         opened = self.open_sessions([spec])[0]
@@ -236,7 +249,12 @@ class StateJournal:
 
     def verdict(self, key: str) -> Recorded | None:
         entry = self.run.verdict(key)
-        return None if entry is None else Recorded(entry.input_hash, entry.value, entry.reason)
+        if entry is not None:
+            return Recorded(entry.input_hash, entry.value, entry.reason)
+        note = self.run.journal(state.FOLLOWED_STEP + key)  # an embodied host's verdict
+        if note is None or "value" not in note.meta:
+            return None
+        return Recorded(note.meta["hash"], note.meta["value"], note.meta.get("reason", ""))
 
     def record_verdict(self, key: str, input_hash: str, value: bool | str, reason: str,
                        source: str, line: int) -> None:

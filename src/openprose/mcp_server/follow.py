@@ -34,9 +34,6 @@ QUIET_TURNS = 20
 #: A parallel fan-out's window: every iteration parks at once, as the host may start them.
 FAN_OUT = 1 << 20
 RULE = "a statement starts when the program reaches it (the server follows the program)"
-#: Journal records of a followed run's sessions and verdicts by the interpreter's key (a
-#: restarted server replays them); each is also recorded under its statement's key.
-FOLLOW_PREFIX = "mcp:follow:"
 _FRAME = re.compile(r"^(.*>[^.\[|>?]+)")
 
 
@@ -507,5 +504,5 @@ class Follower:
         return Refusal("a run completes when its program has finished",
                        f"{detail}; next: {self.expected()}")
 
-__all__ = ["FOLLOW_PREFIX", "Call", "Follower", "Replay", "round_of", "same_text",
+__all__ = ["Call", "Follower", "Replay", "round_of", "same_text",
            "statement_of"]

@@ -31,11 +31,12 @@ from typing import Any
 from openprose.engine.briefs import Brief
 from openprose.engine.journal import Recorded
 from openprose.language import compile as compile_program
-from openprose.mcp_server.follow import FOLLOW_PREFIX, Follower, Replay
+from openprose.mcp_server.follow import Follower, Replay
 from openprose.mcp_server.outline import Agent, Outline, Statement, build
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.resources import RunCatalog
 from openprose.state import (
+    FOLLOWED_STEP,
     AgentRef,
     Binding,
     BindingRef,
@@ -317,9 +318,9 @@ class DrivenRun:
                                 if f.status == "completed"})
         results = {e.key: e for e in self.run.journal_entries() if e.kind == "result"}
         for key, entry in results.items():
-            if not key.startswith(FOLLOW_PREFIX):
+            if not key.startswith(FOLLOWED_STEP):
                 continue
-            path, meta = key.removeprefix(FOLLOW_PREFIX), entry.meta
+            path, meta = key.removeprefix(FOLLOWED_STEP), entry.meta
             if "session" not in meta:
                 replay.verdicts[path] = Recorded(meta["hash"], meta["value"],
                                                  meta.get("reason", ""))

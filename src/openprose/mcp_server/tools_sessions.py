@@ -20,7 +20,7 @@ from openprose.engine.permissions import (
 from openprose.language import nodes as n
 from openprose.mcp_server.briefing import EMBODIED_TOOLS, START, brief_reply
 from openprose.mcp_server.context import ServerContext
-from openprose.mcp_server.follow import FOLLOW_PREFIX, same_text
+from openprose.mcp_server.follow import same_text
 from openprose.mcp_server.guided import SessionItem
 from openprose.mcp_server.outline import SESSION_KINDS, Agent, Statement
 from openprose.mcp_server.refusal import Refusal, state_errors
@@ -43,7 +43,7 @@ from openprose.mcp_server.runs import (
     session_key,
 )
 from openprose.mcp_server.tools_runs import binding_uri_name
-from openprose.state import AgentRef, BindingRef, SessionStart
+from openprose.state import FOLLOWED_STEP, AgentRef, BindingRef, SessionStart
 
 READ_LIMIT = 100_000
 #: Kinds of binding the VM token never rewrites, by the rule a refusal names: a const's value
@@ -355,7 +355,7 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
     if isinstance(granted, Exception):
         raise Refusal("a session is granted exactly its binding", str(granted), st)
     if followed is not None:  # noted for a restarted server's replay
-        driven.run.record_result(FOLLOW_PREFIX + followed[1].key, status="state",
+        driven.run.record_result(FOLLOWED_STEP + followed[1].key, status="state",
                                  meta={"session": key, "hash": followed[1].input_hash})
     driven.sequence[(st.id, eid or 0)] = sequence
     driven.pending[key] = Pending(st, ref, key, input_hash, granted.token,

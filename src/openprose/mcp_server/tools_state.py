@@ -10,12 +10,11 @@ from mcp_types import CallToolResult, ToolAnnotations
 
 from openprose.engine import keys
 from openprose.mcp_server.context import ServerContext
-from openprose.mcp_server.follow import FOLLOW_PREFIX
 from openprose.mcp_server.outline import SESSION_KINDS
 from openprose.mcp_server.refusal import Refusal, state_errors
 from openprose.mcp_server.results import FrameResult, StateResult, VerdictResult, reply
 from openprose.mcp_server.runs import digest, followed_session, verdict_key
-from openprose.state import BindingRef
+from openprose.state import FOLLOWED_STEP, BindingRef
 
 Status = Literal["started", "complete", "failed", "skipped", "iteration", "waiting"]
 LOOPS = frozenset({"loop", "for", "parallel_for", "repeat", "pipeline"})
@@ -202,7 +201,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 driven.run.record_verdict(key, digest(st.source)[:16], value, reason)
             if asked is not None and driven.follower is not None:
                 request = asked.request  # noted for a restarted server's replay
-                driven.run.record_result(FOLLOW_PREFIX + asked.key, status="state", meta={
+                driven.run.record_result(FOLLOWED_STEP + asked.key, status="state", meta={
                     "value": value, "reason": reason,
                     "hash": keys.input_hash(request.text, request.options, request.round)})
                 await driven.follower.judged(asked, value, reason)

@@ -29,6 +29,7 @@ from openprose.state.errors import (
     StateError,
 )
 from openprose.state.models import (
+    FOLLOWED_STEP,
     MAX_VALUE_BYTES,
     ROOT,
     AgentRef,
@@ -84,6 +85,7 @@ _postgres_url = postgres_url
 
 __all__ = [
     "BACKENDS",
+    "FOLLOWED_STEP",
     "MAX_VALUE_BYTES",
     "ROOT",
     "AgentRef",

@@ -13,6 +13,10 @@ AGENT_SCOPES = frozenset({"execution", "project", "user", "custom"})
 #: argument): a client sending more is refused before anything is read into the run, so one
 #: call cannot exhaust a shared server's memory or disk.
 MAX_VALUE_BYTES = 10 * 1024 * 1024
+#: A step an embodied host did, noted by the MCP server under the engine's key for it
+#: (``FOLLOWED_STEP + key``): meta ``session`` (the session's own journal key) and ``hash``,
+#: or ``value``, ``reason`` and ``hash`` for a verdict. A resumed engine reuses them.
+FOLLOWED_STEP = "mcp:follow:"
 
 
 def utc_now() -> str:
