@@ -101,3 +101,22 @@ async def test_an_input_nobody_gave_is_written_once_by_the_vm(root, era):
         await h.call("write_binding", token=vm, name="topic", value="the user's answer")
         text = await h.refused("write_binding", token=vm, name="topic", value="another")
         assert "rule: an input is bound once" in text
+
+
+# ------------------------------------------------------------------ memory in hidden folders
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("place", [".claude/agents", ".git/hooks", ".prose/runs"])
+async def test_a_persist_path_never_puts_memory_in_a_hidden_folder(root, era, place):
+    """With tools alone a client wrote any text to .claude/agents/memory.md (a Claude Code
+    subagent), .git/hooks/ or another run's bindings/: an inline program with
+    `persist: "<there>"`, then write_memory. The program now fails naming the path, and the
+    refusal of its session says so (it said 'nothing yet')."""
+    source = (f'agent keeper:\n  persist: "{place}"\n  prompt: "You remember."\n'
+              'let kept = session: keeper\n  prompt: "Remember"\n')
+    async with host(root, era, watch=False) as h:
+        started = await h.call("start_run", program=source)
+        text = await h.refused("spawn_session", vm_token=started["vm_token"], statement="1",
+                               prompt="Remember")
+        assert f"persist path '{place}' is inside the hidden folder" in text
+    assert not list(root.rglob("memory.md"))

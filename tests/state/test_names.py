@@ -278,3 +278,17 @@ def test_a_root_name_shaped_like_a_scoped_binding_is_never_written(run):
     assert run.read_binding(BindingRef("a", 1)).value == "INNER"
     for fine in ("a__b", "a_1", "a__1x", "__1"):  # "__1" would be an empty name in 1
         run.write_binding(BindingRef(fine), "v", "let", "s")
+
+
+def test_custom_persist_paths_in_hidden_folders_are_refused(tmp_path, store, run):
+    """A memory file in .claude/agents/ is a Claude Code subagent, one in .prose/runs/ID/
+    bindings/ another run's binding, one in .git/ the repository's: a persist path stays out
+    of hidden folders below its root (~/.prose itself is a root, so its folders may be used)."""
+    project = tmp_path / "project"
+    for raw in (".claude/agents", ".git/hooks", ".prose", ".prose/runs/x/bindings",
+                "team/.hidden", str(project / ".codex"), "./team/../.github/workflows"):
+        agent = AgentRef("captain", "custom", raw)
+        with pytest.raises(PathEscapeError, match="hidden folder"):
+            run.grant_session(BindingRef("out"), "let", "s", agent=agent)
+    assert not (project / ".claude").exists() and not (project / ".git").exists()
+    assert not (project / "team").exists()

@@ -23,6 +23,7 @@ from typing import Any
 from openprose.engine import EngineError, Interpreter, Options, ProgramError, Usage
 from openprose.engine.journal import Recorded, SessionSpec
 from openprose.engine.values import Value, to_text
+from openprose.errors import OpenProseError
 from openprose.language import nodes as n
 from openprose.mcp_server.guided import HostProvider, ItemRefused, JudgmentItem, SessionItem
 from openprose.mcp_server.outline import Outline, Statement
@@ -249,7 +250,7 @@ class Follower:
             self.outcome = "completed"
         except ProgramError as err:
             self.outcome, self.error = "failed", err.message
-        except EngineError as err:
+        except OpenProseError as err:  # the engine's, or the state's (a persist path refused)
             self.outcome, self.error = "failed", str(err)
         finally:
             self.provider.close("the program has ended")

@@ -80,11 +80,22 @@ def new_run_id(now: datetime | None = None) -> str:
 
 def contained_path(raw: str, roots: list[Path], base: Path, *,
                    home: Path | None = None) -> Path:
-    """Resolve a custom persist path; it must stay inside one of ``roots``. A leading ``~``
-    is ``home`` when given (the store's home, which tests and callers may override)."""
+    """Resolve a custom persist path; it must stay inside one of ``roots`` and, below the
+    root holding it, in no hidden folder: ``.git``, ``.prose`` (other runs' records),
+    ``.claude``, ``.codex``, ``.github``… are where tools keep their configuration, and a
+    memory file written there (``memory.md``, ``NAME-001.md``, any text a session chooses)
+    would be read by them as their own. A leading ``~`` is ``home`` when given (the store's
+    home, which tests and callers may override)."""
     try:
-        return contained(raw, roots, base=base, what="persist path", home=home)
+        resolved = contained(raw, roots, base=base, what="persist path", home=home)
     except PathOutside as err:
         raise PathEscapeError(str(err)) from None
     except PathRefused as err:
         raise InvalidNameError(str(err)) from None
+    holders = [root.resolve() for root in roots if resolved.is_relative_to(root.resolve())]
+    below = resolved.relative_to(max(holders, key=lambda root: len(root.parts))).parts
+    hidden = next((part for part in below if part.startswith(".")), None)
+    if hidden is not None:
+        raise PathEscapeError(f"persist path {raw!r} is inside the hidden folder {hidden}/ "
+                              f"({resolved}): an agent's memory lives in a visible folder")
+    return resolved
