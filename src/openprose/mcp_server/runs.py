@@ -528,4 +528,6 @@ class RunRegistry:
     def close(self) -> None:
         for driven in self.runs.values():
             self.release(driven)
+            if driven.follower is not None:  # a new server follows the run on (replay)
+                driven.follower.close()
         self.runs.clear()
