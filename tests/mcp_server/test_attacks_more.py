@@ -120,3 +120,21 @@ async def test_a_persist_path_never_puts_memory_in_a_hidden_folder(root, era, pl
                                prompt="Remember")
         assert f"persist path '{place}' is inside the hidden folder" in text
     assert not list(root.rglob("memory.md"))
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_resume_run_gives_only_missing_inputs(root, era):
+    """resume_run(run_id, take_over=true, inputs={topic: ...}) replaced the input the run was
+    started with: a client of a shared server took a run and changed what it was about."""
+    async with host(root, era, watch=False) as h:
+        started = await h.call("start_run", program="p.prose", inputs={"topic": "tides"})
+        text = await h.refused("resume_run", run_id=started["run_id"], take_over=True,
+                               inputs={"topic": "something else"})
+        assert "rule: an input is bound once" in text and "'topic'" in text
+        # the refused call changed nothing: the first token still drives the run
+        read = await h.call("read_binding", token=started["vm_token"], name="topic")
+        assert read["value"] == "tides"
+        resumed = await h.call("resume_run", run_id=started["run_id"], take_over=True,
+                               inputs={"topic": "tides"})
+        read = await h.call("read_binding", token=resumed["vm_token"], name="topic")
+        assert read["value"] == "tides"

@@ -57,6 +57,10 @@ DRIVER_KEY = "mcp:driver"
 STATE_PREFIX = "mcp:state:"
 SESSION_PREFIX = "mcp:"
 VM_PREFIX = "vm."
+#: Kinds of binding a run never rewrites, by the rule a refusal names: a const's value is
+#: fixed, an input's is the caller's (given to start_run or resume_run, or the user's answer).
+WRITTEN_ONCE = {"const": "a const is written once",
+                "input": "an input is bound once, to the value its caller gave"}
 HOST, GUIDED, ENGINE = "host", "guided", "engine"
 
 

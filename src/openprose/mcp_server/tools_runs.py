@@ -37,6 +37,7 @@ from openprose.mcp_server.runs import (
     ENGINE,
     HOST,
     SESSION_PREFIX,
+    WRITTEN_ONCE,
     DrivenRun,
     digest,
     new_vm_token,
@@ -257,6 +258,11 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 declared = ", ".join(driven.outline.inputs) or "none"
                 raise Refusal("inputs are the names the program declares with 'input'",
                               f"unknown input(s) {', '.join(unknown)} (declared: {declared})")
+            bound = dict(driven.run.binding_index())
+            for name in [name for name in given if bound.get(BindingRef(name)) == "input"]:
+                if driven.run.read_binding(BindingRef(name)).value != given.pop(name):
+                    raise Refusal(WRITTEN_ONCE["input"], f"'{name}' already has its value; "
+                                  "resume_run's inputs are the ones still missing")
         except Refusal:
             if not held:  # a refused call leaves no lock behind
                 ctx.registry.release(driven)

@@ -34,6 +34,7 @@ from openprose.mcp_server.results import (
 )
 from openprose.mcp_server.runs import (
     VM_PREFIX,
+    WRITTEN_ONCE,
     DrivenRun,
     KeptWrite,
     Pending,
@@ -46,10 +47,6 @@ from openprose.mcp_server.tools_runs import binding_uri_name
 from openprose.state import FOLLOWED_STEP, AgentRef, BindingRef, SessionStart
 
 READ_LIMIT = 100_000
-#: Kinds of binding the VM token never rewrites, by the rule a refusal names: a const's value
-#: is fixed, an input's is the caller's (given to start_run, or the user's answer).
-WRITTEN_ONCE = {"const": "a const is written once",
-                "input": "an input is bound once, to the value its caller gave"}
 PROMPT_SHOWN = 600  # characters of the program's prompt a refusal shows
 SESSION_BINDING_KINDS = frozenset({"let", "const", "output", "input"})
 
