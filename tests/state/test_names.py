@@ -15,6 +15,7 @@ from openprose.state import (
     InvalidNameError,
     PathEscapeError,
     StateStore,
+    open_store,
 )
 from openprose.state.names import MAX_NAME, check_run_id, contained_path
 
@@ -292,3 +293,21 @@ def test_custom_persist_paths_in_hidden_folders_are_refused(tmp_path, store, run
             run.grant_session(BindingRef("out"), "let", "s", agent=agent)
     assert not (project / ".claude").exists() and not (project / ".git").exists()
     assert not (project / "team").exists()
+
+
+@pytest.mark.parametrize("backend", ["filesystem", "sqlite"])
+def test_a_prose_folder_linking_out_of_the_project_is_refused(tmp_path, backend):
+    """A cloned repository's `.prose` can be a link to ~/.ssh: runs, agents' memory and the
+    settings would be kept there. One inside the project is the project's own."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / ".prose").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(PathEscapeError, match="outside the project"):
+        open_store(project, backend, home=tmp_path / "home")
+    assert list(elsewhere.iterdir()) == []
+    (project / ".prose").unlink()
+    (project / "state").mkdir()
+    (project / ".prose").symlink_to(project / "state", target_is_directory=True)
+    with open_store(project, backend, home=tmp_path / "home") as store:
+        assert store.list_runs() == []

@@ -60,6 +60,12 @@ def open_store(project_root: str | Path, backend: str = "filesystem", *,
     schema default to the project's settings (``.prose/.env``, then the environment)."""
     root = Path(project_root).resolve()
     home_dir = Path(home).resolve() if home is not None else Path.home()
+    state_dir = root / ".prose"
+    if state_dir.is_symlink() and not state_dir.resolve().is_relative_to(root):
+        # a cloned repository can carry .prose as a link to ~/.ssh or anywhere else
+        raise PathEscapeError(f"{state_dir} is a link to {state_dir.resolve()}, outside the "
+                              "project: state is never kept through a link that leaves it "
+                              "(make .prose a directory of the project)")
     if backend == "filesystem":
         from openprose.state.backends.filesystem import FilesystemBackend
 
