@@ -323,3 +323,20 @@ async def test_http_takes_what_stdio_takes_and_refuses_more(served: Served) -> N
                                   headers={"content-type": "application/json",
                                            "accept": "application/json, text/event-stream"})
         assert too_big.status_code == 413
+
+
+@pytest.mark.parametrize(("header", "value", "status"), [
+    ("host", "evil.example:8000", 421), ("origin", "http://evil.example", 403)])
+async def test_http_refuses_a_page_of_another_origin_even_with_the_token(
+        served: Served, header: str, value: str, status: int) -> None:
+    """DNS rebinding: a web page whose name resolves to 127.0.0.1 sends its own Host (and
+    Origin); the SDK's protection, on for a loopback server, refuses both before any tool."""
+    headers = {"authorization": f"Bearer {_printed_token(served)}",
+               "accept": "application/json, text/event-stream", header: value}
+    async with httpx2.AsyncClient(timeout=30) as http:
+        response = await http.post(served.url, json=_initialize(), headers=headers)
+        assert response.status_code == status
+        query = await http.post(f"{served.url}?token={_printed_token(served)}",
+                                json=_initialize(),
+                                headers={"accept": "application/json, text/event-stream"})
+        assert query.status_code == 401  # a token in the URL is not a bearer token
