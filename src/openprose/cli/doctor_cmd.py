@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from openprose.cli.common import console, emit_json, json_option, project_option
+from openprose.cli.common import console, emit_json, json_option, plain, project_option
 
 MIN_SQLITE = (3, 24, 0)  # upserts (ON CONFLICT ... DO UPDATE)
 STYLE = {"ok": "green", "warn": "yellow", "fail": "red bold"}
@@ -309,7 +309,6 @@ def doctor_command(as_json: bool, project: Path) -> None:
         emit_json({"project": str(root), "ok": not failed,
                    "checks": [asdict(check) for check in checks]})
     else:
-        from rich.markup import escape
         from rich.table import Table
 
         out = console()
@@ -317,9 +316,9 @@ def doctor_command(as_json: bool, project: Path) -> None:
         table.add_column(no_wrap=True)
         table.add_column(overflow="fold")
         for check in checks:
-            text = f"{check.name}: {escape(check.detail)}"
+            text = f"{check.name}: {plain(check.detail)}"
             if check.fix:
-                text += f"\n[bold]fix:[/] {escape(check.fix)}"
+                text += f"\n[bold]fix:[/] {plain(check.fix)}"
             table.add_row(f"[{STYLE[check.status]}]{check.status}[/]", text)
         out.print(table)
         warned = sum(check.status == "warn" for check in checks)

@@ -12,6 +12,7 @@ from openprose.cli.common import (
     console,
     emit_json,
     json_option,
+    plain,
     project_option,
     state_option,
     stores,
@@ -111,7 +112,7 @@ def runs_command(limit: int, backend: str | None, as_json: bool, project: Path) 
     table.add_column("tokens", justify="right", no_wrap=True)
     for row in rows:
         started = (row["started"] or "")[5:16].replace("T", " ")
-        table.add_row(row["run_id"], Path(row["program"] or "(inline)").name,
+        table.add_row(row["run_id"], plain(Path(row["program"] or "(inline)").name),
                       styled(row["status"]), started, human_duration(row["duration_s"]),
                       "?" if row["sessions"] is None else str(row["sessions"]),
                       "?" if row["tokens"] is None else _count(row["tokens"]))

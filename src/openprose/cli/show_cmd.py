@@ -7,6 +7,7 @@ Reads without opening the run for writing, so it is safe while the run goes on (
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from openprose.cli.common import (
     fail,
     find_run,
     json_option,
+    plain,
+    printable,
     project_option,
     state_option,
     stores,
@@ -94,30 +97,32 @@ def _show_binding(store: Any, run_id: str, text: str, as_json: bool) -> None:
         emit_json({"run_id": run_id, "name": found.name, "execution_id": found.execution_id,
                    "kind": found.kind, "source": found.source, "value": found.value})
     else:
-        click.echo(found.value, nl=not found.value.endswith("\n"))
+        # on a terminal, control characters written out; piped, the value exactly (click
+        # would strip what looks like a colour code)
+        value = printable(found.value) if sys.stdout.isatty() else found.value
+        click.echo(value, nl=not value.endswith("\n"), color=True)
 
 
 def _print_view(view: Any, segments: dict[Any, int]) -> None:
-    from rich.markup import escape
 
     from openprose.state.render import active_constructs
 
     out = console()
     took = human_duration(duration(view.started, view.updated, not view.finished))
     out.print(f"[bold]run {view.id}[/]  {styled(view.status)}")
-    out.print(f"program  {escape(view.program_path or '(inline)')}  ({view.backend})")
+    out.print(f"program  {plain(view.program_path or '(inline)')}  ({view.backend})")
     out.print(f"started  {view.started}  ·  {'ran' if view.finished else 'running'} {took}")
     cost = f"  ·  ${view.usage.cost_usd:.4f}" if view.usage.cost_usd else ""
     tokens = view.usage.input_tokens + view.usage.output_tokens
     out.print(f"sessions {view.usage.sessions}  ·  tokens {tokens:,} "
               f"({view.usage.input_tokens:,} in, {view.usage.output_tokens:,} out){cost}")
     if view.error:
-        out.print(f"[red]error[/]    {escape(view.error)}", overflow="fold")
+        out.print(f"[red]error[/]    {plain(view.error)}", overflow="fold")
     where = view.failed_line
     if view.status == "failed" and where:
         lines = view.source.split("\n")
         text = lines[where - 1].strip() if where <= len(lines) else ""
-        out.print(f"[red]failed at[/] line {where}: {escape(text)}", overflow="ellipsis",
+        out.print(f"[red]failed at[/] line {where}: {plain(text)}", overflow="ellipsis",
                   no_wrap=True)
     out.print()
     _timeline(out, view)
@@ -126,7 +131,7 @@ def _print_view(view: Any, segments: dict[Any, int]) -> None:
         out.print("[bold]active constructs[/]" if not view.finished
                   else "[bold]constructs when the run stopped[/]")
         for line in constructs:
-            out.print(escape(line), overflow="ellipsis", no_wrap=True)
+            out.print(plain(line), overflow="ellipsis", no_wrap=True)
         out.print()
     stack = [f for f in view.frames if f.status == "executing"]
     if stack and not view.finished:
@@ -140,7 +145,7 @@ def _print_view(view: Any, segments: dict[Any, int]) -> None:
         out.print("[bold]agents[/]")
         for agent, where in view.agents:
             out.print(f"  {agent.name} ({agent.scope}): {segments.get(agent, 0)} segment(s) "
-                      f"· {escape(where)}", overflow="ellipsis", no_wrap=True)
+                      f"· {plain(where)}", overflow="ellipsis", no_wrap=True)
 
 
 def _statement(view: Any, line: int) -> str:
@@ -162,7 +167,6 @@ def _detail(step: Any) -> str:
 
 def _timeline(out: Any, view: Any) -> None:
     from rich import box
-    from rich.markup import escape
     from rich.table import Table
 
     if not view.steps:
@@ -186,8 +190,8 @@ def _timeline(out: Any, view: Any) -> None:
         if len(steps) < GROUP_AT:
             for step in steps:
                 took = "" if step.duration is None else human_duration(step.duration)
-                table.add_row(str(step.line or ""), escape(what), styled(step.status), took,
-                              escape(_detail(step)))
+                table.add_row(str(step.line or ""), plain(what), styled(step.status), took,
+                              plain(_detail(step)))
             continue
         states = Counter(step.status for step in steps)
         times = [s.duration for s in steps if s.duration is not None]
@@ -196,8 +200,8 @@ def _timeline(out: Any, view: Any) -> None:
         failed = next((s for s in steps if s.status == "failed"), None)
         detail = f"first error: {failed.error}" if failed and failed.error else \
             _detail(steps[-1]) if kind == "verdict" else ""
-        table.add_row(str(first.line or ""), escape(f"{what} ×{len(steps)}"), summary, took,
-                      escape(detail))
+        table.add_row(str(first.line or ""), plain(f"{what} ×{len(steps)}"), summary, took,
+                      plain(detail))
     out.print(table)
     out.print()
 
@@ -205,7 +209,6 @@ def _timeline(out: Any, view: Any) -> None:
 def _tool_calls(out: Any, view: Any) -> None:
     """What the sessions did to the project: each work-tool call under its session, the
     refused ones marked, with the rule that decided it."""
-    from rich.markup import escape
 
     if not view.tools:
         return
@@ -219,8 +222,8 @@ def _tool_calls(out: Any, view: Any) -> None:
             step = steps.get(entry.key)
             line = step.line if step is not None else int(entry.meta.get("line") or 0)
             what = _statement(view, line) if line else entry.key
-            out.print(f"  line {line or '?'}: {escape(what)}  [dim]agent "
-                      f"{escape(str(entry.meta.get('agent', '?')))}[/]",
+            out.print(f"  line {line or '?'}: {plain(what)}  [dim]agent "
+                      f"{plain(str(entry.meta.get('agent', '?')))}[/]",
                       overflow="ellipsis", no_wrap=True)
         meta = entry.meta
         mark = "[green]ok[/]     " if entry.status == "allowed" else "[red]REFUSED[/]"
@@ -231,14 +234,13 @@ def _tool_calls(out: Any, view: Any) -> None:
                 tail.append(f"exit {meta.get('exit_code', '(killed at its timeout)')}")
             tail.append(_size(meta.get("bytes")))
         tail.append(f"({meta.get('rule', '')})")
-        out.print(f"    {mark} {escape(str(meta.get('tool', '?')))} {escape(subject)}  "
-                  f"{escape(' '.join(tail))}", overflow="ellipsis", no_wrap=True)
+        out.print(f"    {mark} {plain(str(meta.get('tool', '?')))} {plain(subject)}  "
+                  f"{plain(' '.join(tail))}", overflow="ellipsis", no_wrap=True)
     out.print()
 
 
 def _bindings(out: Any, view: Any) -> None:
     from rich import box
-    from rich.markup import escape
     from rich.table import Table
 
     if not view.bindings:
@@ -261,14 +263,14 @@ def _bindings(out: Any, view: Any) -> None:
         if len(members) == 1:
             info = members[0]
             scope = f"exec {info.ref.execution_id}" if info.ref.execution_id else "root"
-            table.add_row(escape(info.ref.name), info.kind, scope, _size(info.size),
-                          escape(info.preview or ""))
+            table.add_row(plain(info.ref.name), info.kind, scope, _size(info.size),
+                          plain(info.preview or ""))
             continue
         total = sum(m.size or 0 for m in members)
         kinds = "/".join(sorted({m.kind for m in members}))
         base = members[0].ref.name if members[0].ref.execution_id else "anon_*"
-        table.add_row(escape(f"{base} ×{len(members)}"), kinds, "many", _size(total),
-                      escape(members[-1].preview or ""))
+        table.add_row(plain(f"{base} ×{len(members)}"), kinds, "many", _size(total),
+                      plain(members[-1].preview or ""))
     out.print(table)
     out.print()
 

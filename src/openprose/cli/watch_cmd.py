@@ -24,6 +24,8 @@ from openprose.cli.common import (
     fail,
     find_run,
     json_option,
+    plain,
+    printable,
     project_option,
     state_option,
     stores,
@@ -130,7 +132,6 @@ def _statement(view: Any, line: int) -> str:
 
 def _line_report(view: Any, changed: list[Any]) -> None:
     out = console()
-    from rich.markup import escape
 
     if len(changed) > MAX_LINES:
         per_line: dict[tuple[int, str], int] = {}
@@ -138,7 +139,7 @@ def _line_report(view: Any, changed: list[Any]) -> None:
             per_line[(step.line, step.status)] = per_line.get((step.line, step.status), 0) + 1
         for (line, status), count in sorted(per_line.items()):
             out.print(f"{_stamp()}  line {line:>4}  {count} {status}  "
-                      f"{escape(_statement(view, line))}", overflow="ellipsis", no_wrap=True)
+                      f"{plain(_statement(view, line))}", overflow="ellipsis", no_wrap=True)
     else:
         for step in changed:
             what = _statement(view, step.line) or step.key
@@ -146,10 +147,10 @@ def _line_report(view: Any, changed: list[Any]) -> None:
                 what = f"? {what} → {str(step.verdict).lower()}"
             pad = " " * max(0, 10 - len(step.status))
             out.print(f"{_stamp()}  line {step.line:>4}  {styled(step.status)}{pad}  "
-                      f"{escape(what)}", overflow="ellipsis", no_wrap=True)
+                      f"{plain(what)}", overflow="ellipsis", no_wrap=True)
     if view.finished:
         tail = f": {view.error}" if view.error else ""
-        out.print(f"{_stamp()}  run {view.id} {styled(view.status)}{escape(tail)}",
+        out.print(f"{_stamp()}  run {view.id} {styled(view.status)}{plain(tail)}",
                   overflow="fold")
     sys.stdout.flush()
 
@@ -168,7 +169,6 @@ def _json_report(view: Any, changed: list[Any]) -> None:
 def _live_report() -> Callable[[Any, list[Any]], None]:
     from rich.console import Group
     from rich.live import Live
-    from rich.markup import escape
     from rich.text import Text
 
     from openprose.state.render import active_constructs, render_trace
@@ -190,9 +190,9 @@ def _live_report() -> Callable[[Any, list[Any]], None]:
                   f"{view.usage.input_tokens + view.usage.output_tokens:,} tokens")
         parts: list[Any] = [Text.from_markup(header)]
         if view.error:
-            parts.append(Text.from_markup(f"[red]error[/] {escape(view.error)}"))
-        parts.append(Text("\n".join(line[:out.width] for line in trace)))
-        parts += [Text(line[:out.width]) for line in constructs]
+            parts.append(Text.from_markup(f"[red]error[/] {plain(view.error)}"))
+        parts.append(Text("\n".join(printable(line)[:out.width] for line in trace)))
+        parts += [Text(printable(line)[:out.width]) for line in constructs]
         live.update(Group(*parts), refresh=True)
 
     report.live = live  # type: ignore[attr-defined]
