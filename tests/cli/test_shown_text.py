@@ -39,11 +39,10 @@ def test_show_writes_out_control_characters_of_values(project: Project) -> None:
     assert piped.rstrip("\n") == stored and "\x1b]52;c;" in stored
 
 
-def test_show_of_a_binding_on_a_terminal_writes_them_out_too(project: Project) -> None:
-    run_id = started(project)
+def on_terminal(*args: str) -> str:
+    """What ``prose ARGS`` writes to a terminal (stdout and stderr on one pty)."""
     leader, follower = pty.openpty()
-    process = subprocess.Popen([PROSE, "show", run_id, "topic", "--project",
-                                str(project.root)], stdout=follower, stderr=subprocess.PIPE,
+    process = subprocess.Popen([PROSE, *args], stdout=follower, stderr=follower,
                                env={**os.environ, "TERM": "xterm"})
     os.close(follower)
     output = b""
@@ -56,6 +55,42 @@ def test_show_of_a_binding_on_a_terminal_writes_them_out_too(project: Project) -
             break
         output += chunk
     os.close(leader)
-    assert process.wait(timeout=60) == 0, process.stderr.read() if process.stderr else ""
-    text = output.decode()
-    assert "\x1b]52" not in text and "\x07" not in text and "\\x1b]52;c;" in text
+    process.wait(timeout=60)
+    return output.decode()
+
+
+def no_sequence_of_the_run(text: str) -> None:
+    assert "\x1b]52" not in text and "\x1b]0;" not in text and "\u202e" not in text
+    assert "\x07" not in text
+
+
+def test_show_of_a_binding_on_a_terminal_writes_them_out_too(project: Project) -> None:
+    run_id = started(project)
+    text = on_terminal("show", run_id, "topic", "--project", str(project.root))
+    no_sequence_of_the_run(text)
+    assert "\\x1b]52;c;" in text
+
+
+def test_run_writes_out_control_characters_of_outputs_and_errors(project: Project) -> None:
+    """prose run printed its outputs and its error as they were, on a terminal too."""
+    project.write("p.prose", 'output o = session "Research"\n')
+    project.write("s.yaml", SCRIPT)
+    text = on_terminal("run", str(project.root / "p.prose"), "--provider", "scripted",
+                       "--script", str(project.root / "s.yaml"), "--state", project.backend,
+                       "--project", str(project.root))
+    no_sequence_of_the_run(text)
+    assert "notes \\x1b]52;c;" in text
+    project.write("f.prose", f'session "Research"\nthrow "{EVIL}"\n')
+    text = on_terminal("run", str(project.root / "f.prose"), "--provider", "scripted",
+                       "--script", str(project.root / "s.yaml"), "--state", project.backend,
+                       "--project", str(project.root))
+    no_sequence_of_the_run(text)
+    assert "error: " in text
+
+
+def test_a_diagnostic_shows_the_line_with_its_control_characters_blanked(
+        project: Project) -> None:
+    project.write("c.prose", f'output o = session "{EVIL}" +\n')
+    result = project.prose("compile", str(project.root / "c.prose"))
+    no_sequence_of_the_run(result.stdout + result.stderr)
+    assert "\ufffd" in result.stdout + result.stderr

@@ -4,7 +4,6 @@ terminal, and finding a project's runs on whichever backends hold them."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -14,6 +13,8 @@ from typing import Any, NoReturn
 
 import click
 from rich.console import Console
+
+from openprose.terminal import printable
 
 BACKENDS = ["filesystem", "sqlite", "postgres"]
 WIDTH = 80
@@ -38,12 +39,6 @@ def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                         help="Print JSON instead of text.")(fn)
 
 
-#: Characters never written to a terminal as they are: C0 and C1 controls but newline and tab,
-#: DEL, and the bidirectional and zero-width format characters.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e"
-                      "\u2066-\u2069\ufeff]")
-
-
 def console(stderr: bool = False) -> Console:
     """At most 80 columns; colour and styles only when writing to a terminal."""
     stream = sys.stderr if stderr else sys.stdout
@@ -54,20 +49,11 @@ def console(stderr: bool = False) -> Console:
 
 
 def plain(text: str) -> str:
-    """``text`` of a run (a value, a statement, an error a program or a model wrote) fit for
-    the terminal: control characters but newline and tab written as ``\\xNN`` or ``\\uNNNN``
-    (an escape sequence in a value could set the window title, write the clipboard with OSC
-    52, or hide and redraw what is shown; a bidi override could reorder it), and rich markup
-    escaped."""
+    """``text`` of a run fit for a rich console: control characters written out
+    (:func:`openprose.terminal.printable`) and rich markup escaped."""
     from rich.markup import escape
 
     return escape(printable(text))
-
-
-def printable(text: str) -> str:
-    """``text`` with its control and format characters (but newline and tab) written out."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256
-                        else f"\\u{ord(m[0]):04x}", text)
 
 
 def styled(status: str) -> str:

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 import click
 
 from openprose.language import compile as compile_program
+from openprose.terminal import printable
 
 BACKENDS = ["filesystem", "sqlite", "postgres"]
 PROVIDERS = ["anthropic", "scripted"]
@@ -338,7 +339,7 @@ def _read_line(prompt: str) -> str | None:
     """One line from the terminal (``None`` at end of input: the run pauses). Read from the
     file descriptor, not ``sys.stdin``: a prompt abandoned by Ctrl-C then holds no lock the
     interpreter needs to exit."""
-    sys.stderr.write(f"{prompt}: ")
+    sys.stderr.write(f"{printable(prompt)}: ")
     sys.stderr.flush()
     data = b""
     while not data.endswith(b"\n"):
@@ -542,24 +543,26 @@ def _print_outcome(outcome: Any, project: str) -> None:
     click.echo(f"run {outcome.run_id}: {outcome.status} ({outcome.sessions} sessions, "
                f"{outcome.reused} reused, {outcome.tokens} tokens{cost})", err=True)
     for warning in outcome.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(f"warning: {printable(warning)}", err=True)
     if outcome.waiting_for is not None:
         name, prompt = outcome.waiting_for
         shown = f" ({prompt})" if prompt else ""
-        click.echo(f"paused at input '{name}'{shown}; continue with: "
+        click.echo(f"paused at input '{name}'{printable(shown)}; continue with: "
                    f"{resume_hint(outcome.run_id, project)} {flag(name)}", err=True)
     elif outcome.status == "over_budget":
-        click.echo(f"stopped: {outcome.error}", err=True)
+        click.echo(f"stopped: {printable(outcome.error or '')}", err=True)
         click.echo(f"resume with a higher budget: {resume_hint(outcome.run_id, project)} "
                    "--max-tokens N (or --max-cost USD)", err=True)
     elif outcome.error:
-        click.echo(f"error: {outcome.error}", err=True)
+        click.echo(f"error: {printable(outcome.error)}", err=True)
         if not outcome.usage_error:
             click.echo(f"resume with: {resume_hint(outcome.run_id, project)}", err=True)
     from openprose.engine.values import to_text
 
+    tty = sys.stdout.isatty()  # on a terminal, control characters written out; piped, exact
     for name, value in outcome.outputs.items():
-        click.echo(f"── {name}\n{to_text(value)}")
+        text = printable(to_text(value)) if tty else to_text(value)
+        click.echo(f"── {name}\n{text}", color=True)
 
 
 def _print_plan(plan: Any, as_json: bool) -> None:

@@ -21,13 +21,13 @@ from openprose.cli.common import (
     find_run,
     json_option,
     plain,
-    printable,
     project_option,
     state_option,
     stores,
     styled,
 )
 from openprose.cli.runs_cmd import duration, human_duration
+from openprose.terminal import printable
 
 GROUP_AT = 4  # a statement run this many times or more gets one summary row
 MAX_BINDING_ROWS = 40

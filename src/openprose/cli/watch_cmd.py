@@ -25,12 +25,12 @@ from openprose.cli.common import (
     find_run,
     json_option,
     plain,
-    printable,
     project_option,
     state_option,
     stores,
     styled,
 )
+from openprose.terminal import printable
 
 POLL = 0.25  # seconds between looks at a database-backed run
 FALLBACK = 2.0  # the filesystem watcher also looks this often, in case an event was missed

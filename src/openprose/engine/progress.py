@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.text import Text
 
 from openprose.engine.events import Event
+from openprose.terminal import printable
 
 
 class ProgressLine:
@@ -43,7 +44,8 @@ class ProgressLine:
 
     def __call__(self, event: Event) -> None:
         if event.kind == "statement" and 0 < event.line <= len(self.lines):
-            self.current = f"line {event.line}: {self.lines[event.line - 1].strip()[:60]}"
+            statement = printable(self.lines[event.line - 1].strip()[:60])
+            self.current = f"line {event.line}: {statement}"
         elif event.kind == "session_start":
             self.in_flight += 1
         elif event.kind in ("session_end", "session_failed"):

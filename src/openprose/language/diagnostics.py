@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from openprose.errors import OpenProseError
 from openprose.language.nodes import Span
+from openprose.terminal import blanked
 
 
 class Severity(StrEnum):
@@ -49,7 +50,7 @@ class Diagnostic:
         lines = source.splitlines()
         if not 1 <= self.span.line <= len(lines):
             return text
-        line = lines[self.span.line - 1].expandtabs(1)
+        line = blanked(lines[self.span.line - 1].expandtabs(1))  # columns kept
         width = 1
         if self.span.end_line == self.span.line:
             width = max(1, self.span.end_column - self.span.column)
