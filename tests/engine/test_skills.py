@@ -126,3 +126,19 @@ def test_an_unresolvable_skill_is_a_warning_at_the_start(tmp_path):
     assert first.startswith("warning: skill 'tidy' from \"./nowhere\" is unavailable (no "
                             "SKILL.md in ")
     assert first.endswith("its sessions run without it")
+
+
+def test_a_project_that_is_a_skill_keeps_its_state_closed(tmp_path):
+    """A repository with SKILL.md at its top is a skill whose folder holds .prose/: the skill
+    rule let its sessions read .prose/.env (the API key) and every run's records."""
+    (tmp_path / "SKILL.md").write_text(SKILL)
+    (tmp_path / ".prose").mkdir()
+    (tmp_path / ".prose" / ".env").write_text("ANTHROPIC_API_KEY=sk-ant-secret-1\n")
+    program = compile_or_raise(_program("./"), str(tmp_path / "p.prose"))
+    (tmp_path / "p.prose").write_text(_program("./"))
+    skills, warnings = resolve_skills(program, str(tmp_path / "p.prose"), tmp_path, {})
+    assert warnings == [] and skills["tidy"].folder == tmp_path.resolve()
+    gate = Policy(tmp_path).gate("editor", None, skills={"tidy": skills["tidy"].folder})
+    decision = gate.path(".prose/.env", write=False)[0]
+    assert not decision.allowed and ".prose/ is never readable" in decision.rule
+    assert gate.path("SKILL.md", write=False)[0].rule == "skill 'tidy'"

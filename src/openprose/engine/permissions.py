@@ -36,6 +36,8 @@ ALLOW_NETWORK = "OPENPROSE_ALLOW_NETWORK"
 ALLOW_UNSANDBOXED = "OPENPROSE_ALLOW_UNSANDBOXED_BASH"
 #: The project's own state: off limits to work tools.
 STATE_DIR = ".prose"
+#: Where skills fetched from GitHub are kept, inside ``STATE_DIR``: readable as skills.
+SKILL_CACHE = "cache/skills"
 #: The project's repository: its hooks run code on the user's next commit, so it is written
 #: only where a program's write: pattern names it.
 GIT_DIR = ".git"
@@ -189,11 +191,15 @@ class Gate:
             return self._refuse(f"not a usable path: {err}", path, f"{verb} {path!r}"), None
         patterns = self.write_patterns if write else self.read_patterns
         state = root / STATE_DIR
-        if not write:
+        in_state = _within(real, state) or _within(lexical, state) or \
+            _same_dir_inside(real, state)
+        if not write and (not in_state or _within(real, state / SKILL_CACHE)):
+            # a skill's folder may hold the project (a repository that is a skill): its
+            # .prose/ stays closed, but for the skills fetched into .prose's cache
             for name, folder in self.skills.items():
                 if _within(real, folder):
                     return Decision(True, f"skill '{name}'", path), real
-        if _within(real, state) or _within(lexical, state) or _same_dir_inside(real, state):
+        if in_state:
             rule = f"{STATE_DIR}/ is never {'writable' if write else 'readable'} by a session"
             return self._refuse(rule, path, f"{verb} {path}"), None
         if write and (_within(real, root / GIT_DIR) or _same_dir_inside(real, root / GIT_DIR)) \

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from openprose.engine.permissions import SKILL_CACHE, STATE_DIR
 from openprose.language import nodes as n
 
 #: Where ``github:owner/repo`` archives come from (a mirror, or a local server in tests).
@@ -114,7 +115,7 @@ def _description(path: Path) -> str:
 def _fetch(owner: str, repo: str, project: Path, env: dict[str, str]) -> Path:
     """The repository's files: cached, else its archive downloaded and unpacked (safely)."""
     url = f"{env.get(GITHUB_ARCHIVE, DEFAULT_ARCHIVE).rstrip('/')}/{owner}/{repo}/tar.gz/HEAD"
-    cache = project / ".prose" / "cache" / "skills" / \
+    cache = project / STATE_DIR / SKILL_CACHE / \
         f"{owner}--{repo}--{hashlib.sha256(url.encode()).hexdigest()[:12]}"
     if cache.is_dir():
         return _top(cache)
