@@ -468,3 +468,24 @@ def test_tool_calls_are_recorded_on_the_database_backends_too(project, backend, 
         assert [(c.meta["tool"], c.status) for c in run.tool_calls()] == [
             ("read", "allowed"), ("write", "refused")]
         assert run.journal("2").status == "completed"  # the session's result is untouched
+
+
+@needs_sandbox
+def test_a_command_sees_no_database_passwords_keyrings_or_shell_history(project):
+    """~/.pgpass (PostgreSQL's passwords, this product's own backend), a password store,
+    keyrings and shell histories were readable by a command."""
+    home = project / "home"
+    places = [".pgpass", ".bash_history", ".password-store/bank.gpg",
+              ".local/share/keyrings/login.keyring", ".cargo/credentials.toml"]
+    for place in places:
+        (home / place).parent.mkdir(parents=True, exist_ok=True)
+        (home / place).write_text(f"SECRET-{place}\n")
+    setup = WorkSetup(Policy(project), env={"HOME": str(home), "PATH": os.environ["PATH"]})
+    command = "; ".join(f"cat $HOME/{place}" for place in places)
+    script = {"sessions": [_session([{"bash": command}], output=None)]}
+    source = ('agent any:\n  prompt: "a"\n  permissions:\n    bash: allow\n'
+              'output r = session: any\n  prompt: "go"\n')
+    job = runner.Job(source=source, file="p.prose", program=compile_or_raise(source, "p.prose"),
+                     project_root=project, options=Options(sleep=_no_sleep, work=setup))
+    text = asyncio.run(runner.execute(job, ScriptedProvider(script))).outputs["r"]
+    assert "SECRET-" not in text, text

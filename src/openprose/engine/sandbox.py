@@ -32,7 +32,10 @@ OUTPUT_CAP = 30_000
 #: installed there (pyenv, ~/.local) still work.
 SECRET_PLACES = (".ssh", ".aws", ".gnupg", ".config", ".docker", ".kube", ".azure",
                  ".netrc", ".git-credentials", ".npmrc", ".pypirc", ".claude", ".codex",
-                 ".prose")
+                 ".prose", ".pgpass", ".password-store", ".vault-token", ".terraform.d",
+                 ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
+                 ".m2/settings.xml", ".local/share/keyrings", ".mozilla", ".bash_history",
+                 ".zsh_history", ".python_history", ".psql_history", ".mysql_history")
 PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME",
               "SHELL", "VIRTUAL_ENV")
 
