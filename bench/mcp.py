@@ -514,7 +514,7 @@ EMBODIED_PROGRAMS = ("25-conditionals.prose", "24-choice-blocks.prose",
 SUBAGENT_TOOLS = frozenset({"get_brief", "read_binding", "read_memory", "write_memory"})
 
 
-def embodied_walk(options: argparse.Namespace, name: str, source: str
+def embodied_walk(options: argparse.Namespace, name: str, source: str, reports: bool = True
                   ) -> tuple[int, int]:
     """(main-agent requests, bytes of their results) of an embodied walk of ``source``: a
     ``prose serve`` over stdio stepped by the tests' scripted host (answers as guided runs
@@ -531,7 +531,7 @@ def embodied_walk(options: argparse.Namespace, name: str, source: str
             seen.append((tool, arguments, seen_bytes(content)))
             return result
 
-    project = options.project / f"embodied-{name}"
+    project = options.project / f"embodied-{reports}-{name}"
     project.mkdir()
     (project / name).write_text(source, encoding="utf-8")
     keep = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
@@ -540,7 +540,7 @@ def embodied_walk(options: argparse.Namespace, name: str, source: str
     script = {"sessions": [{"match": ".", "output": "r" * 100}],
               "conditions": [{"match": ".", "verdicts": [False, False, True]}]}
     walk(server, {"mode": "legacy"}, source, name, corpus_inputs(source), script,
-         bridge_type=Counting, concurrency=1)
+         bridge_type=Counting, concurrency=1, reports=reports)
     main = [(tool, size) for tool, arguments, size in seen
             if tool not in SUBAGENT_TOOLS
             and not (tool == "write_binding" and not str(arguments.get("token", ""))
@@ -582,9 +582,10 @@ async def section_embodied(client: Client, options: argparse.Namespace) -> None:
     """Issue 22: what an embodied run costs the main agent beside a guided one."""
     corpus = Path(options.corpus)
     print("main agent: requests (tool calls) and bytes of their results, guided vs embodied; "
-          "start_run's bytes in each mode")
+          "start_run's bytes in each mode; embodied without update_state after each session "
+          "(state.md shows sessions on its own)")
     print(f"{'program':<36} {'guided req':>10} {'bytes':>8} {'embodied req':>12} {'bytes':>8} "
-          f"{'start guided':>12} {'start embodied':>14}")
+          f"{'no reports':>10} {'bytes':>8} {'start guided':>12} {'start embodied':>14}")
     for name in EMBODIED_PROGRAMS:
         path = corpus / name
         if not path.is_file():
@@ -599,14 +600,15 @@ async def section_embodied(client: Client, options: argparse.Namespace) -> None:
             if mode == "guided":
                 await call(client, "cancel_run", run_id=started.structured_content["run_id"])
         guided = await guided_requests(client, source)
-        try:
-            embodied: tuple[int, int] | str = await anyio.to_thread.run_sync(
-                embodied_walk, options, name, source)
-        except Exception as err:  # an older server: no get_brief for the walker
-            embodied = f"({type(err).__name__})"
-        shown = f"{embodied[0]:>12} {embodied[1]:>8}" if isinstance(embodied, tuple) \
-            else f"{embodied:>21}"
-        print(f"{name:<36} {guided[0]:>10} {guided[1]:>8} {shown} {starts[0]:>12} "
+        shown = ""
+        for reports, width in ((True, 12), (False, 10)):
+            try:
+                embodied = await anyio.to_thread.run_sync(embodied_walk, options, name, source,
+                                                          reports)
+                shown += f" {embodied[0]:>{width}} {embodied[1]:>8}"
+            except Exception as err:  # an older server: no get_brief for the walker
+                shown += f" {'(' + type(err).__name__ + ')':>{width + 9}}"
+        print(f"{name:<36} {guided[0]:>10} {guided[1]:>8}{shown} {starts[0]:>12} "
               f"{starts[1]:>14}")
 
 

@@ -28,12 +28,16 @@ SCRIPT = {"sessions": [{"match": "^[^\\n]*", "output": "did: \\\\g<0>"}],
           "conditions": [{"match": ".", "verdicts": [False]}]}
 
 
+@pytest.mark.parametrize("reports", [True, False], ids=["with update_state", "without"])
 @pytest.mark.parametrize("era", ERAS[1:])
-def test_an_embodied_run_shows_its_steps_verdicts_and_final_status(era: dict,
+def test_an_embodied_run_shows_its_steps_verdicts_and_final_status(era: dict, reports: bool,
                                                                    tmp_path: Path) -> None:
+    """Sessions and verdicts show whether the host reports statuses or not."""
     (tmp_path / "note.prose").write_text(PROGRAM)
     server = create_server(tmp_path, home=tmp_path / "home", watch=False)
-    run_id, status, _ = walk(server, era, PROGRAM, "note.prose", {}, SCRIPT)
+    run_id, status, calls = walk(server, era, PROGRAM, "note.prose", {}, SCRIPT,
+                                 reports=reports)
+    assert ("update_state" in calls) == reports
     assert status == "completed"
 
     with open_store(tmp_path) as store:

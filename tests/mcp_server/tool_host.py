@@ -128,12 +128,16 @@ class HostSession:
         return name
 
     def finish(self, output: str | None, usage: Usage) -> str:
+        if not self.host.reports:  # state.md shows the session without it
+            return output or ""
         self.host.bridge.call("update_state", vm_token=self.host.vm, status="complete",
                               statement=statement_of(self.spec.key),
                               execution_id=self.spec.execution_id)
         return output or ""
 
     async def finish_batched(self, output: str | None, usage: Usage) -> str:
+        if not self.host.reports:
+            return output or ""
         await self.host.bridge.acall("update_state", vm_token=self.host.vm, status="complete",
                                      statement=statement_of(self.spec.key),
                                      execution_id=self.spec.execution_id)
@@ -150,8 +154,10 @@ class ToolHost:
 
     writes_wait = False
 
-    def __init__(self, bridge: Bridge, vm: str, inputs: dict[str, str]) -> None:
+    def __init__(self, bridge: Bridge, vm: str, inputs: dict[str, str],
+                 reports: bool = True) -> None:
         self.bridge, self.vm = bridge, vm
+        self.reports = reports  # update_state 'complete' after each session
         self.known: set[str] = set(inputs)
         self.memories: set[str] = set()
 
@@ -266,7 +272,7 @@ async def _no_sleep(seconds: float) -> None:
 
 def walk(server: MCPServer | StdioServerParameters, era: dict[str, Any], source: str,
          file: str, inputs: dict[str, str], script: dict[str, Any],
-         bridge_type: type[Bridge] = Bridge, concurrency: int = 16
+         bridge_type: type[Bridge] = Bridge, concurrency: int = 16, reports: bool = True
          ) -> tuple[str, str, list[str]]:
     """Step the program ``file`` (in the server's project) through the tools of ``server``, in
     process or a ``prose serve`` over stdio; (run id, status, tools called). ``concurrency``
@@ -274,7 +280,7 @@ def walk(server: MCPServer | StdioServerParameters, era: dict[str, Any], source:
     program = compile_or_raise(source, file)
     with bridge_type(server, era) as bridge:
         started = bridge.call("start_run", program=file, inputs=inputs)
-        host = ToolHost(bridge, started["vm_token"], inputs)
+        host = ToolHost(bridge, started["vm_token"], inputs, reports)
         interpreter = HostInterpreter(program, source, host, Subagents(host, script),
                                       file=file, inputs=dict(inputs),
                                       options=Options(sleep=_no_sleep, loop_limit=50,
