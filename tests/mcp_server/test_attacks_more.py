@@ -10,7 +10,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from tests.mcp_server.host import ERAS, host
 
-from openprose.mcp_server.server import create_server
+from openprose.mcp_server.server import MAX_ERROR_CHARS, create_server
 from openprose.state import MAX_VALUE_BYTES
 
 pytestmark = pytest.mark.anyio
@@ -138,3 +138,23 @@ async def test_resume_run_gives_only_missing_inputs(root, era):
                                inputs={"topic": "tides"})
         read = await h.call("read_binding", token=resumed["vm_token"], name="topic")
         assert read["value"] == "tides"
+
+
+# ------------------------------------------------------------------ refusals stay short
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_refusal_never_echoes_a_megabyte_argument(root, era):
+    """Refusals quoted what they refused whole: a 1 MB statement id came back as 1 MB of
+    text (get_run's run id twice over) into the host's context and the server's log."""
+    big = "x" * 1_000_000
+    async with host(root, era, watch=False) as h:
+        started = await h.call("start_run", program="p.prose", inputs={"topic": "tides"})
+        vm = started["vm_token"]
+        for tool, arguments in [
+                ("spawn_session", {"vm_token": vm, "statement": big, "prompt": "p"}),
+                ("get_run", {"run_id": big}),
+                ("start_run", {"program": "p.prose", "inputs": {big: "v"}}),
+                ("write_binding", {"token": vm, "name": "topic", "value": "v", big: 1})]:
+            text = await h.refused(tool, **arguments)
+            assert len(text) <= MAX_ERROR_CHARS + 100, (tool, len(text))
+            assert "refused (rule: " in text and "characters cut" in text, tool

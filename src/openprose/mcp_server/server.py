@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, InputRequiredResult
 from mcp_types import Tool as ToolInfo
@@ -80,6 +81,17 @@ def unfit_text(value: Any, where: str) -> str | None:
     return None
 
 
+#: The longest refusal a tool answers with: its head and tail are kept, the middle of what it
+#: quotes (an argument of megabytes, echoed) is cut.
+MAX_ERROR_CHARS = 8000
+
+
+def clipped(text: str) -> str:
+    """``text`` within :data:`MAX_ERROR_CHARS`: its beginning and end, saying what was cut."""
+    head, tail = MAX_ERROR_CHARS * 3 // 4, MAX_ERROR_CHARS // 8
+    return f"{text[:head]} [... {len(text) - head - tail:,} characters cut ...] {text[-tail:]}"
+
+
 def _encodes(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -105,6 +117,17 @@ class ProseServer(MCPServer):
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None
                         ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await self._checked_call(name, arguments, context)
+        except ToolError as exc:  # a refusal quoting a megabyte argument is no clearer
+            text = str(exc)
+            if len(text) > MAX_ERROR_CHARS:
+                exc.args = (clipped(text),)
+            raise
+
+    async def _checked_call(self, name: str, arguments: dict[str, Any],
+                            context: Context[Any, Any] | None
+                            ) -> CallToolResult | InputRequiredResult:
         tool = self._tool_manager.get_tool(name)
         if tool is not None:
             accepted = list(tool.parameters.get("properties", {}))
