@@ -60,3 +60,21 @@ def test_broken_import_names_the_program(tmp_path):
     (tmp_path / "bad.prose").write_text('session\n')
     with pytest.raises(ImportFailed, match=r"bad\.prose"):
         _run(tmp_path, 'use "./bad.prose" as bad\n', tmp_path / "main.prose")
+
+
+def test_a_fetched_import_that_is_no_program_is_never_quoted_nor_kept(tmp_path):
+    """`use "http://127.0.0.1:.../creds"` (or a cloud's metadata service) made the server
+    fetch it and quote its first line in the refusal, to any client that can start a run:
+    a fetched text that does not compile is named by its URL and first error's code and
+    line only, and is not cached."""
+    server = ProgramServer({"/creds": "AKIA-SECRET-LINE aws key\nmore\n"})
+    try:
+        main = f'use "{server.url}/creds" as c\noutput o = session "x"\n'
+        with pytest.raises(ImportFailed) as failed:
+            _run(tmp_path, main, tmp_path / "main.prose")
+    finally:
+        server.close()
+    text = str(failed.value)
+    assert f"{server.url}/creds is not a program" in text and "E004 at line 1" in text
+    assert "AKIA" not in text and "aws" not in text
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())

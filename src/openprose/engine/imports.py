@@ -26,6 +26,7 @@ from urllib.parse import urljoin, urlparse
 import httpx
 
 from openprose.engine.errors import ImportFailed
+from openprose.language import CompileResult
 from openprose.language import compile as compile_program
 from openprose.language import nodes as n
 from openprose.language.files import ProgramFileError, read_program_file
@@ -108,17 +109,19 @@ class ImportLoader:
             location = resolve(use.path.text, file, here)
             if location.where in seen:
                 raise ImportFailed(f"import cycle through {location.where}")
-            source = self.fetch(location, use.path.text)
+            source = self.fetch(location, use.path.text, keep=False)
             result = compile_program(source, location.where)
             if not result.ok or result.program is None:
-                first = result.errors[0].format(source) if result.errors else "no program"
-                raise ImportFailed(f"imported program {use.path.text} has errors:\n{first}")
+                raise ImportFailed(_not_compiling(use.path.text, location, result, source))
+            if location.is_url:  # kept for offline runs once it is known to be a program
+                self._store(location.where, source)
             nested = self.load(result.program, location.where, (*seen, location.where))
             loaded[use.handle] = Imported(location.state_name, result.program, source,
                                           location.where, nested)
         return loaded
 
-    def fetch(self, location: Location, spec: str | None = None) -> str:
+    def fetch(self, location: Location, spec: str | None = None, *, keep: bool = True) -> str:
+        """The program's text; a fetched one is cached when ``keep``."""
         if not location.is_url:
             return self._read_local(Path(location.where), spec or location.where)
         try:
@@ -133,7 +136,8 @@ class ImportLoader:
                       if isinstance(err, httpx.HTTPStatusError)
                       else (str(err).splitlines() or [type(err).__name__])[0])
             raise ImportFailed(f"cannot fetch {location.where}: {reason}") from err
-        self._store(location.where, response.text)
+        if keep:
+            self._store(location.where, response.text)
         return response.text
 
     def _read_local(self, path: Path, spec: str) -> str:
@@ -174,3 +178,18 @@ class ImportLoader:
         tmp = self.cache_dir / "index.json.tmp"
         tmp.write_text(json.dumps(index, indent=1), encoding="utf-8")
         tmp.replace(self.cache_dir / "index.json")
+
+
+def _not_compiling(spec: str, location: Location, result: CompileResult, source: str) -> str:
+    """Why an imported program cannot be used. A fetched one's text is never quoted: a
+    program may name any URL, and the answer of a server on the user's network (a cloud's
+    metadata service, a local admin page) is no program to show to whoever asked."""
+    if not result.errors:
+        return f"imported program {spec} has errors:\nno program"
+    first = result.errors[0]
+    if location.is_url:
+        return (f"imported program {spec} is not a program: {len(result.errors)} error(s), the "
+                f"first {first.code} at line {first.span.line} (its text is not shown: it came "
+                "from the network)")
+    return f"imported program {spec} has errors:\n{first.format(source)}"
+
