@@ -100,12 +100,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# What is left to untangle (issue 23); each entry goes when its fix lands, and the test fails
-# when an entry is fixed but still listed.
-KNOWN_TWICE = {"_Walker"}
-KNOWN_BORROWED: list[str] = []
-
-
 def test_no_import_circle() -> None:
     assert _cycles(_graph()) == []
 
@@ -116,7 +110,7 @@ def test_no_class_name_defined_twice() -> None:
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 seen.setdefault(node.name, []).append(name)
-    assert {cls for cls, where in seen.items() if len(where) > 1} == KNOWN_TWICE
+    assert {cls for cls, where in seen.items() if len(where) > 1} == set()
 
 
 def test_no_private_name_imported_from_another_module() -> None:
@@ -124,7 +118,7 @@ def test_no_private_name_imported_from_another_module() -> None:
                 for mod, alias in _imports(name, tree)
                 if alias and alias.startswith("_") and not alias.startswith("__")
                 and mod.startswith("openprose")]
-    assert borrowed == KNOWN_BORROWED
+    assert borrowed == []
 
 
 def test_every_public_error_derives_from_the_root() -> None:

@@ -12,6 +12,8 @@ from openprose.engine import runner
 from openprose.engine.interpreter import Options
 from openprose.engine.scripted import ScriptedProvider
 from openprose.language import compile_or_raise
+from openprose.language.analysis import analyze
+from openprose.mcp_server.results import run_outputs
 from openprose.state import open_store
 
 FILES = sorted(CORPUS.glob("*.prose")) + sorted(CORPUS.glob("roadmap/*.prose"))
@@ -48,5 +50,9 @@ def test_corpus_program_runs(path, tmp_path):
     declared = {s.name for s in program.body if type(s).__name__ == "Output" and s.name}
     assert declared <= set(outcome.outputs)
     with open_store(tmp_path) as store:
-        names = {b.name for b in store.open_run(outcome.run_id).bindings()}
+        run = store.open_run(outcome.run_id)
+        names = {b.name for b in run.bindings()}
+        # guided and delegated runs report by this rule: prose run --json says the same
+        reported = [o.name for o in run_outputs(run, analyze(program, source))]
     assert declared <= names
+    assert sorted(reported) == sorted(outcome.outputs)

@@ -24,7 +24,7 @@ from mcp.server.mcpserver import MCPServer
 from tests.mcp_server.tool_host import Bridge, engine_run, walk
 
 from openprose.language import compile_or_raise
-from openprose.mcp_server.outline import Outline, Statement, build
+from openprose.language.analysis import Analysis, Statement, analyze
 from openprose.mcp_server.server import create_server
 
 STEPS = ("spawn_session", "record_verdict", "push_frame")
@@ -106,7 +106,7 @@ def deviating(plan: list[Deviation]) -> type[Bridge]:
     return Deviator
 
 
-def _ancestors(outline: Outline, statement: Statement) -> list[Statement]:
+def _ancestors(outline: Analysis, statement: Statement) -> list[Statement]:
     found, parent = [], statement.parent
     while parent is not None and parent in outline.statements:
         found.append(outline.statements[parent])
@@ -114,7 +114,7 @@ def _ancestors(outline: Outline, statement: Statement) -> list[Statement]:
     return found
 
 
-def _construct(outline: Outline, judged: str) -> str:
+def _construct(outline: Analysis, judged: str) -> str:
     """The statement a verdict's statement decides: ``2.if0`` decides ``2``."""
     statement = outline.statements[judged]
     return statement.parent if statement.kind == "condition" and statement.parent else judged
@@ -129,7 +129,7 @@ def _branch(statement: str, construct: str) -> str:
     return statement[len(construct) + 1:].split(".")[0]
 
 
-def plan(steps: list[Step], outline: Outline) -> list[Deviation]:
+def plan(steps: list[Step], outline: Analysis) -> list[Deviation]:
     """At most one deviation of each kind, the first place it applies."""
     found: dict[str, Deviation] = {}
 
@@ -231,7 +231,7 @@ def check_program(root: Path, name: str, source: str, script: dict[str, Any],
     assert_same_run(roots["walk"], run_id, roots["engine"], outcome.run_id)
 
     steps = recorded[0].steps
-    deviations = plan(steps, build(program, source))
+    deviations = plan(steps, analyze(program, source))
     server = create_server(roots["deviate"], home=root / "home", watch=False)
     run_id, status, _ = walk(server, era or {}, source, name, inputs, script,
                              bridge_type=deviating(deviations), concurrency=1)

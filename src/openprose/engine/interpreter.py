@@ -49,6 +49,7 @@ from openprose.engine.sessions import shape
 from openprose.engine.values import Value
 from openprose.engine.work_tools import WorkSetup, WorkTools
 from openprose.language import nodes as n
+from openprose.language.analysis import analyze
 
 
 @dataclass(slots=True)
@@ -152,6 +153,7 @@ class Interpreter:
         root_path: str = "",
     ) -> None:
         self.program = program
+        self.analysis = analyze(program, source)
         self.lines = source.splitlines()
         self.journal = journal
         self.provider = provider
@@ -261,7 +263,8 @@ class Interpreter:
                 raise _Return(value)
             return value
         value = await self.bind(node.name, "output", node.value, node, ctx)
-        self.outputs[node.name] = value
+        if self.analysis.is_program_output(node):  # a block's named output is its own
+            self.outputs[node.name] = value
         return value
 
     async def bind(self, name: str, kind: str, expr: n.Node, stmt: n.Node, ctx: Ctx) -> Value:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from openprose.engine.errors import ValueFault
 from openprose.language import nodes as n
+from openprose.language.analysis import persist_scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ def shape(session: n.Session, agents: dict[str, n.AgentDef]) -> SessionShape:
         context=prop("context"),
         retries=int(_number(prop("retry"))),
         backoff=_word(prop("backoff")) or "none",
-        persist=_persist(persist_node.value) if persist_node is not None else None,
+        persist=persist_scope(persist_node.value) if persist_node is not None else None,
         skills=_strings(prop("skills")),
     )
 
@@ -72,17 +73,6 @@ def _word(node: n.Node | None) -> str | None:
 
 def _number(node: n.Node | None) -> float:
     return node.value if isinstance(node, n.Number) else 0
-
-
-def _persist(node: n.Node) -> str | None:
-    """``true`` → "execution"; ``project``/``user``; a quoted path → the path."""
-    if isinstance(node, n.Boolean):
-        return "execution" if node.value else None
-    if isinstance(node, n.Name):
-        return {"true": "execution", "false": None}.get(node.id, node.id)
-    if isinstance(node, n.String):
-        return node.text
-    return None
 
 
 def _strings(node: n.Node | None) -> tuple[str, ...]:

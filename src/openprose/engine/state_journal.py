@@ -38,13 +38,6 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
-def agent_ref(agent: str, persist: str) -> state.AgentRef:
-    """``persist`` as the engine reads it (execution/project/user or a path) → AgentRef."""
-    if persist in ("execution", "project", "user"):
-        return state.AgentRef(agent, persist)
-    return state.AgentRef(agent, "custom", persist)
-
-
 class _IO:
     """The provider's view of one session capability."""
 
@@ -78,6 +71,11 @@ class _IO:
         """The host knows this session by ``host_token``: note it with the grant (for the
         host's permission hook)."""
         self.handle.run.tag_grant(self.handle.token, host_token)
+
+    def memory_owner(self) -> tuple[str, str]:
+        """The persistent agent this session speaks for, and where its memory lives."""
+        location = self.handle.memory_location()
+        return self.handle.agent.name, location  # type: ignore[union-attr]
 
 
 class _OpenSession:
@@ -231,7 +229,7 @@ class StateJournal:
         for spec in specs:
             name = spec.binding or self.run.next_anonymous()
             kind = spec.kind if spec.binding and spec.kind in _KINDS else "anonymous"
-            agent = agent_ref(spec.agent, spec.persist) if spec.agent and spec.persist else None
+            agent = state.AgentRef.of(spec.agent, spec.persist) if spec.agent and spec.persist else None
             starts.append(state.SessionStart(
                 spec.key, spec.input_hash, state.BindingRef(name, spec.execution_id), kind,
                 spec.source, tuple(state.BindingRef(c, eid) for c, eid in spec.context), agent,
@@ -272,8 +270,16 @@ class StateJournal:
 
     def bind(self, name: str, value: Value, kind: str, execution_id: int | None,
              source: str) -> None:
+        if kind == "input" and self._holds(state.BindingRef(name, execution_id), value):
+            return  # given before the engine started (a guided run's start_run): once is enough
         self.run.write_binding(state.BindingRef(name, execution_id), to_text(value),
                                kind if kind in _KINDS else "let", source)
+
+    def _holds(self, ref: state.BindingRef, value: Value) -> bool:
+        try:
+            return self.run.read_binding(ref).value == to_text(value)
+        except state.NotFoundError:
+            return False
 
     def reuse(self, name: str, value: Value, kind: str, execution_id: int | None,
               source: str) -> None:
@@ -281,13 +287,9 @@ class StateJournal:
         since (a resumed run re-executes the ``let`` before it, say), so a model reading the
         binding sees what the run's own values say."""
         ref = state.BindingRef(name, execution_id)
-        text = to_text(value)
-        try:
-            if self.run.read_binding(ref).value == text:
-                return
-        except state.NotFoundError:
-            pass
-        self.run.write_binding(ref, text, kind if kind in _KINDS else "let", source)
+        if not self._holds(ref, value):
+            self.run.write_binding(ref, to_text(value), kind if kind in _KINDS else "let",
+                                   source)
 
     def location(self, name: str, execution_id: int | None) -> str:
         try:
@@ -296,7 +298,7 @@ class StateJournal:
             return name
 
     def has_memory(self, agent: str, persist: str) -> bool:
-        return self.run.has_memory(agent_ref(agent, persist))
+        return self.run.has_memory(state.AgentRef.of(agent, persist))
 
     def push_frame(self, block: str, args: dict[str, Value], parent: int | None,
                    max_depth: int, key: str) -> int:

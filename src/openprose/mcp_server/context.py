@@ -53,6 +53,9 @@ class SessionRoute(Protocol):
 
     async def write_memory(self, token: str, text: str) -> None: ...
 
+    async def memory_owner(self, token: str) -> tuple[str, str]:
+        """read_memory/write_memory name the agent and where its memory lives."""
+
 
 @dataclass
 class ServerContext:

@@ -25,8 +25,8 @@ from openprose.engine.journal import Recorded, SessionSpec
 from openprose.engine.values import Value, to_text
 from openprose.errors import OpenProseError
 from openprose.language import nodes as n
+from openprose.language.analysis import Analysis, Statement
 from openprose.mcp_server.guided import HostProvider, ItemRefused, JudgmentItem, SessionItem
-from openprose.mcp_server.outline import Outline, Statement
 from openprose.mcp_server.refusal import Refusal
 
 #: Event-loop turns without progress after which the interpreter is taken to wait on the host
@@ -216,7 +216,7 @@ async def _no_sleep(seconds: float) -> None:
 class Follower:
     """One embodied run's program, followed step by step."""
 
-    outline: Outline
+    outline: Analysis
     provider: HostProvider = field(default_factory=HostProvider)
     calls: dict[int, Call] = field(default_factory=dict)  # by the interpreter's execution id
     asked: dict[str, asyncio.Future[str]] = field(default_factory=dict)  # inputs it waits for
@@ -230,7 +230,7 @@ class Follower:
     journal: _Journal | None = None
 
     @classmethod
-    def start(cls, program: n.Program, source: str, file: str, outline: Outline,
+    def start(cls, program: n.Program, source: str, file: str, outline: Analysis,
               inputs: dict[str, str], has_memory: Callable[[str], bool],
               replay: Replay | None = None) -> Follower:
         follower = cls(outline)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from mcp.server.mcpserver.exceptions import ToolError
 
 from openprose.errors import OpenProseError
-from openprose.mcp_server.outline import Statement
+from openprose.language.analysis import Statement
 from openprose.state import (
     CapabilityError,
     DepthLimitExceeded,

@@ -11,7 +11,8 @@ from typing import Any
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
 
-from openprose.mcp_server.outline import Outline, Statement
+from openprose.language.analysis import Analysis, Statement
+from openprose.state import BindingRef, Run
 
 
 class OutlineItem(BaseModel):
@@ -73,11 +74,11 @@ class StartResult(BaseModel):
     outline: list[OutlineItem] = []
 
 
-def outline_items(outline: Outline) -> list[OutlineItem]:
+def outline_items(outline: Analysis) -> list[OutlineItem]:
     return [OutlineItem.of(s) for s in outline.statements.values()]
 
 
-def block_infos(outline: Outline) -> list[BlockInfo]:
+def block_infos(outline: Analysis) -> list[BlockInfo]:
     return [BlockInfo(name=b.name, params=list(b.params), max_depth=b.max_depth)
             for b in outline.blocks.values()]
 
@@ -173,6 +174,13 @@ class MemoryResult(BaseModel):
 class OutputRef(BaseModel):
     name: str
     location: str
+
+
+def run_outputs(run: Run, analysis: Analysis) -> list[OutputRef]:
+    """A run's outputs as every mode reports them: the program's outputs (the analysis says
+    which) that the run wrote."""
+    return [OutputRef(name=name, location=run.binding_location(BindingRef(name)))
+            for name in analysis.outputs if run.resolve(name) is not None]
 
 
 class CompleteResult(BaseModel):

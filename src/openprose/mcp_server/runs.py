@@ -31,8 +31,8 @@ from typing import Any
 from openprose.engine.briefs import Brief
 from openprose.engine.journal import Recorded
 from openprose.language import compile as compile_program
+from openprose.language.analysis import Agent, Analysis, Statement, analyze
 from openprose.mcp_server.follow import Follower, Replay
-from openprose.mcp_server.outline import Agent, Outline, Statement, build
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.resources import RunCatalog
 from openprose.state import (
@@ -83,11 +83,7 @@ def verdict_key(statement: str, execution_id: int | None, iteration: int) -> str
 
 def agent_ref(agent: Agent) -> AgentRef | None:
     """Where a persistent agent's memory is (None: the agent is not persistent)."""
-    if agent.persist is None:
-        return None
-    if agent.persist in ("execution", "project", "user"):
-        return AgentRef(agent.name, agent.persist)
-    return AgentRef(agent.name, "custom", agent.persist)
+    return AgentRef.of(agent.name, agent.persist) if agent.persist is not None else None
 
 
 @dataclass
@@ -118,7 +114,7 @@ class KeptWrite:
 @dataclass
 class DrivenRun:
     run: Run
-    outline: Outline
+    outline: Analysis
     file: str
     mode: str
     vm_hash: str | None
@@ -272,7 +268,7 @@ class DrivenRun:
         if not result.ok or result.program is None:
             raise Refusal("a driven run's program compiles",
                           f"the program stored with run {run.id} no longer compiles")
-        outline = build(result.program, run.program_source)
+        outline = analyze(result.program, run.program_source)
         driver = run.journal(DRIVER_KEY)
         mode = driver.meta.get("mode", HOST) if driver is not None else ENGINE
         vm_hash = driver.meta.get("vm") if driver is not None else None

@@ -26,10 +26,12 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field, create_model
 
 from openprose.engine import EngineError, Provider, ProviderUnavailable
+from openprose.engine import inputs as input_rules
 from openprose.engine.events import Event
 from openprose.engine.permissions import Consent
 from openprose.engine.runner import make_provider
 from openprose.language import nodes as n
+from openprose.language.analysis import Analysis, analyze
 from openprose.mcp_server.briefing import GUIDED_TOOLS, START, brief_reply
 from openprose.mcp_server.consent import elicit_consent
 from openprose.mcp_server.context import ServerContext
@@ -60,7 +62,7 @@ from openprose.mcp_server.guided import (
 from openprose.mcp_server.prompts import PromptError
 from openprose.mcp_server.prompts import compiled as compiled_program
 from openprose.mcp_server.refusal import Refusal
-from openprose.mcp_server.results import OutputRef, ReadResult, WriteResult
+from openprose.mcp_server.results import OutputRef, ReadResult, WriteResult, run_outputs
 from openprose.mcp_server.runs import DRIVER_KEY, DrivenRun
 from openprose.mcp_server.sampling import SamplingProvider
 from openprose.paths import PathRefused, contained
@@ -130,8 +132,7 @@ class GuidedMode:
 
     async def started(self, ctx: ServerContext, driven: DrivenRun,
                       options: dict[str, Any]) -> str | None:
-        missing = [name for name in driven.outline.inputs
-                   if name not in (options.get("inputs") or {})]
+        missing = _missing(driven)
         if missing:
             return ("guided: waiting for inputs " + ", ".join(missing) + "; give them with "
                     "resume_run(run_id, inputs={...}) to start")
@@ -191,7 +192,12 @@ class DelegatedMode:
 
 
 def _missing(driven: DrivenRun) -> list[str]:
-    return [name for name in driven.outline.inputs if driven.resolve(name, None) is None]
+    """The inputs the engine needs before it starts (engine.inputs: up front and not
+    optional) that the run has no value for."""
+    program = driven.outline.program
+    assert program is not None
+    given = {name for name in driven.outline.inputs if driven.resolve(name, None) is not None}
+    return [name for name, _ in input_rules.missing(program, dict.fromkeys(given))]
 
 
 class GuidedRoute:
@@ -256,6 +262,13 @@ class GuidedRoute:
     async def write_memory(self, token: str, text: str) -> None:
         _, host = self.modes.item_owner(token)
         await asyncio.to_thread(self._io(host, token).write_memory, text)
+
+    async def memory_owner(self, token: str) -> tuple[str, str]:
+        _, host = self.modes.item_owner(token)
+        try:
+            return await asyncio.to_thread(self._io(host, token).memory_owner)
+        except StateError as err:
+            raise ToolError(f"read_memory: {err}") from None
 
     @staticmethod
     def _io(host: HostProvider, token: str) -> Any:
@@ -333,10 +346,6 @@ async def _program(program: str, root: Path) -> tuple[str, str | None, n.Program
     return source, path, compiled.program
 
 
-def _missing_inputs(program: n.Program, given: dict[str, str]) -> list[tuple[str, str]]:
-    return [(decl.name, decl.prompt.text) for decl in program.inputs if decl.name not in given]
-
-
 async def ask_inputs(program: str, inputs: dict[str, str] | None, context: Context
                      ) -> Elicit[BaseModel] | dict[str, Any]:
     """run_program's missing inputs: asked for by elicitation when the client can answer
@@ -346,7 +355,7 @@ async def ask_inputs(program: str, inputs: dict[str, str] | None, context: Conte
         _, _, parsed = await _program(program, root)
     except ToolError:
         return {}
-    missing = _missing_inputs(parsed, dict(inputs or {}))
+    missing = input_rules.missing(parsed, dict(inputs or {}))
     caps = context.client_capabilities
     if not missing or caps is None or caps.elicitation is None:
         return {}
@@ -380,16 +389,12 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     ctx.session_routes.append(GuidedRoute(modes))
     catalog = ctx.catalog
 
-    def outputs_of(run_id: str, names: list[str]) -> list[OutputRef]:
+    def outputs_of(run_id: str, outline: Analysis) -> list[OutputRef]:
         try:
             run = catalog.open(run_id)
         except Exception:  # the run's store is gone: references cannot be given
             return []
-        return [OutputRef(name=name, location=run.binding_location(BindingRef(name)))
-                for name in names]
-
-    def declared_outputs(run: EngineRun) -> list[str]:
-        return [s.name for s in run.job.program.body if isinstance(s, n.Output) and s.name]
+        return run_outputs(run, outline)
 
     def report(run: EngineRun) -> RunReport:
         outcome = run.outcome
@@ -401,7 +406,8 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
             result.tokens, result.cost_usd = outcome.tokens, round(outcome.cost_usd, 6)
             result.error = outcome.error
             if outcome.status == "completed":
-                result.outputs = outputs_of(run.run_id, declared_outputs(run))
+                result.outputs = outputs_of(run.run_id,
+                                            analyze(run.job.program, run.job.source))
             elif outcome.status == "interrupted":
                 result.hint = "resume_run(run_id) continues it"
         return result
@@ -462,8 +468,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     def finished(run_id: str, status: str, run: EngineRun | None,
                  driven: DrivenRun) -> CallToolResult:
         error = run.outcome.error if run is not None and run.outcome is not None else None
-        outputs = outputs_of(run_id, list(driven.outline.outputs)) \
-            if status == "completed" else None
+        outputs = outputs_of(run_id, driven.outline) if status == "completed" else None
         result = NextStep(run_id=run_id, status=status, outputs=outputs, error=error)
         lines = [f"run {run_id}: {status}"]
         lines += [f"output {o.name}: {o.location}" for o in outputs or ()]
@@ -518,7 +523,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
             if isinstance(data, BaseModel):
                 given.update({k: str(v) for k, v in data.model_dump().items()})
         source, path, parsed = await _program(program, ctx.project_root)
-        missing = _missing_inputs(parsed, given)
+        missing = input_rules.missing(parsed, given)
         if missing:
             result = RunReport(run_id="", mode=DELEGATED, status="needs inputs", backend=state,
                                missing_inputs=[{"name": k, "description": v}
@@ -538,8 +543,9 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
             await engine.aclose()
             raise ToolError(f"run_program: the {state} state backend: {exc}") from None
         for decl in parsed.inputs:
-            created.write_binding(BindingRef(decl.name), given[decl.name], "input",
-                                  f"input {decl.name}")
+            if decl.name in given:
+                created.write_binding(BindingRef(decl.name), given[decl.name], "input",
+                                      f"input {decl.name}")
         created.record_result(DELEGATION_KEY, status="delegated",
                               meta={"provider": name, "script": script,
                                     "max_concurrency": max_concurrency})
@@ -599,8 +605,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
                            backend=driven.backend,
                            tokens=totals.input_tokens + totals.output_tokens,
                            cost_usd=round(totals.cost_usd, 6),
-                           outputs=outputs_of(run_id, [o for o in driven.outline.outputs
-                                                       if driven.resolve(o, None)]) or None)
+                           outputs=outputs_of(run_id, driven.outline) or None)
         if status in ("running", "interrupted") and driven.mode in (GUIDED, DELEGATED):
             result.hint = "not running in this server: resume_run(run_id) continues it"
         return compact(result, report_text(result))

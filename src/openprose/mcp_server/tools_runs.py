@@ -11,9 +11,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ToolAnnotations
 
 from openprose import prompts
+from openprose.engine import inputs as input_rules
+from openprose.language.analysis import analyze
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.follow import Follower
-from openprose.mcp_server.outline import build
 from openprose.mcp_server.prompts import PromptError
 from openprose.mcp_server.prompts import compiled as compiled_program
 from openprose.mcp_server.refusal import Refusal, refuse_all
@@ -164,7 +165,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         file = path or "<program>"
         if not compiled.ok or compiled.program is None:
             raise ToolError(compile_errors(compiled.errors))
-        outline = build(compiled.program, source)
+        outline = analyze(compiled.program, source)
         given = dict(inputs or {})
         unknown = sorted(set(given) - set(outline.inputs))
         if unknown:
@@ -199,7 +200,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         if mode != HOST:
             extra = await ctx.modes[mode].started(ctx, driven, {"inputs": given})
         await ctx.changed(run.id, sorted(given))
-        missing = [name for name in outline.inputs if name not in given]
+        missing = [name for name in outline.inputs if name not in given] if mode == HOST \
+            else [name for name, _ in input_rules.missing(compiled.program, given)]
         stepped = mode == HOST  # only a host that steps the run reads its outline
         result = StartResult(run_id=run.id, vm_token=token, mode=mode, backend=store.kind,
                              location=run.location, missing_inputs=missing,

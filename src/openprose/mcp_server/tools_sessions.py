@@ -18,11 +18,11 @@ from openprose.engine.permissions import (
     permissions_for,
 )
 from openprose.language import nodes as n
+from openprose.language.analysis import SESSION_KINDS, Agent, Statement
 from openprose.mcp_server.briefing import EMBODIED_TOOLS, START, brief_reply
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.follow import same_text
 from openprose.mcp_server.guided import SessionItem
-from openprose.mcp_server.outline import SESSION_KINDS, Agent, Statement
 from openprose.mcp_server.refusal import Refusal, state_errors
 from openprose.mcp_server.results import (
     BriefResult,
@@ -241,19 +241,19 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         """Read the persistent agent's memory (its session's token)."""
         route = ctx.session_route(token)
         if route is not None:
-            routed = await route.read_memory(token)
-            return reply(MemoryResult(agent="", location="", memory=routed,
-                                      bytes=len((routed or "").encode())),
-                         routed or "(no memory yet)")
-        driven, handle = registry.by_session_token(token)
-        driven.live()
-        with state_errors("read_memory"):
-            memory = handle.read_memory()
-            location = handle.memory_location()
+            memory = await route.read_memory(token)
+            agent, location = await route.memory_owner(token)
+        else:
+            driven, handle = registry.by_session_token(token)
+            driven.live()
+            with state_errors("read_memory"):
+                memory = handle.read_memory()
+                location = handle.memory_location()
+            agent = handle.agent.name  # type: ignore[union-attr]
         text = memory or ""
-        result = MemoryResult(agent=handle.agent.name, location=location,  # type: ignore[union-attr]
-                              memory=memory, bytes=len(text.encode()))
-        return reply(result, text or f"(agent '{result.agent}' has no memory yet)")
+        result = MemoryResult(agent=agent, location=location, memory=memory,
+                              bytes=len(text.encode()))
+        return reply(result, text or f"(agent '{agent}' has no memory yet)")
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
     async def write_memory(token: str, memory: str) -> Annotated[CallToolResult, MemoryResult]:
@@ -261,18 +261,19 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         route = ctx.session_route(token)
         if route is not None:
             await route.write_memory(token, memory)
-            size = len(memory.encode())
-            return reply(MemoryResult(agent="", location="", bytes=size),
-                         f"Memory written\nBytes: {size}")
-        driven, handle = registry.by_session_token(token)
-        driven.live()
-        with state_errors("write_memory"):
-            handle.write_memory(memory)
-            location = handle.memory_location()
-        result = MemoryResult(agent=handle.agent.name, location=location,  # type: ignore[union-attr]
-                              bytes=len(memory.encode()))
-        await ctx.changed(driven.id)
-        return reply(result, f"Memory written: {result.agent}\nLocation: {location}\n"
+            agent, location = await route.memory_owner(token)
+            run_id = None
+        else:
+            driven, handle = registry.by_session_token(token)
+            driven.live()
+            with state_errors("write_memory"):
+                handle.write_memory(memory)
+                location = handle.memory_location()
+            agent, run_id = handle.agent.name, driven.id  # type: ignore[union-attr]
+        result = MemoryResult(agent=agent, location=location, bytes=len(memory.encode()))
+        if run_id is not None:
+            await ctx.changed(run_id)
+        return reply(result, f"Memory written: {agent}\nLocation: {location}\n"
                              f"Bytes: {result.bytes}")
 
 

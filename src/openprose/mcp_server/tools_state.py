@@ -9,8 +9,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 
 from openprose.engine import keys
+from openprose.language.analysis import SESSION_KINDS
 from openprose.mcp_server.context import ServerContext
-from openprose.mcp_server.outline import SESSION_KINDS
 from openprose.mcp_server.refusal import Refusal, state_errors
 from openprose.mcp_server.results import FrameResult, StateResult, VerdictResult, reply
 from openprose.mcp_server.runs import digest, followed_session, verdict_key

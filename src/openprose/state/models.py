@@ -73,6 +73,14 @@ class AgentRef:
     scope: str = "execution"
     path: str | None = None
 
+    @classmethod
+    def of(cls, agent: str, persist: str) -> AgentRef:
+        """The memory of ``agent`` whose ``persist:`` reads ``persist`` (execution, project,
+        user, or a path: a custom location)."""
+        if persist in ("execution", "project", "user"):
+            return cls(agent, persist)
+        return cls(agent, "custom", persist)
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:

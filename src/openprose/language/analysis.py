@@ -1,0 +1,368 @@
+"""One analysis of a compiled program that every later stage reads.
+
+For each statement: its stable path, kind, lines, the binding it makes, its agent, the block
+definition it sits in and the construct around it; for the program: its inputs and outputs,
+its agents with their settings (defaults applied), its blocks and a symbol table (where each
+name is defined and where it is referenced).
+
+Paths are the static part of the engine's resume keys (``openprose.engine.keys``), so the same
+program always gets the same paths: ``3`` is the fourth top-level statement, ``3.try.0`` the
+first statement of its ``try`` body, ``3.catch.0``/``3.finally.0`` the other bodies, ``4|1``
+the second branch of a ``parallel``, ``5.0`` the first statement of a loop body, ``6.if1`` the
+``elif`` condition of an ``if`` and ``6.b1.0`` the first statement under it (``6.else.0``
+under ``else``), ``7.o0.0`` under a ``choice`` option, ``8.s1`` the second step of an arrow
+``->`` sequence, ``9.p0.0`` inside a pipeline stage, and ``review.0`` the first statement of
+``block review``. The engine appends only what happens at run time: ``[i]`` for an iteration,
+``>name`` for a block call, ``?n`` for a judgment round.
+
+Walkers over the syntax tree derive from :class:`NodeVisitor`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from openprose.language import nodes as n
+
+#: kinds of statement that spawn a session
+SESSION_KINDS = frozenset({"session", "resume"})
+BINDING_KINDS = frozenset({"let", "const", "output", "input"})
+
+
+class NodeVisitor:
+    """Dispatch on a node's class: ``visit(node, ...)`` calls ``<prefix><ClassName>(node, ...)``
+    (``prefix`` is ``visit_`` unless a subclass says otherwise), else :meth:`generic_visit`,
+    which visits the node's children. One lookup per class and visitor type."""
+
+    prefix: ClassVar[str] = "visit_"
+    _methods: ClassVar[dict[tuple[type, type], str | None]] = {}
+
+    def visit(self, node: n.Node, *args: Any, **kwargs: Any) -> Any:
+        key = (type(self), type(node))
+        name = NodeVisitor._methods.get(key, "")
+        if name == "":
+            name = next((self.prefix + cls.__name__ for cls in type(node).__mro__
+                         if hasattr(self, self.prefix + cls.__name__)), None)
+            NodeVisitor._methods[key] = name
+        method: Callable[..., Any] = getattr(self, name) if name else self.generic_visit
+        return method(node, *args, **kwargs)
+
+    def generic_visit(self, node: n.Node, *args: Any, **kwargs: Any) -> Any:
+        for child in node.children():
+            self.visit(child, *args, **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One statement. ``binds`` is the binding it makes (None for an anonymous session, which
+    gets a generated name when run); ``binding_kind`` how it is stored; ``block`` the block
+    definition it is inside (None: the program's top level); ``parent`` the path of the
+    construct around it."""
+
+    id: str
+    kind: str
+    line: int
+    end_line: int
+    source: str
+    binds: str | None = None
+    binding_kind: str | None = None
+    agent: str | None = None
+    block: str | None = None
+    parent: str | None = None
+    judged: bool = False
+    options: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()  # the names a destructuring ``let { a, b } = ...`` binds
+    node: n.Node | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    """An agent's settings as sessions get them: ``persist`` is execution, project, user or a
+    path (None: not persistent)."""
+
+    name: str
+    prompt: str | None
+    model: str | None
+    persist: str | None
+    node: n.AgentDef | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    name: str
+    params: tuple[str, ...]
+    max_depth: int  # the default applied (see BlockDef.depth_limit)
+
+
+@dataclass
+class Analysis:
+    statements: dict[str, Statement]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    agents: dict[str, Agent]
+    blocks: dict[str, Block]
+    #: name → paths of the statements that define it (bindings, agents, blocks)
+    definitions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: name → paths of the statements that read it (names, interpolations, agents, calls)
+    references: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    program: n.Program | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._outputs = frozenset(id(s.node) for s in self.statements.values()
+                                  if s.binds in self.outputs and s.binding_kind == "output"
+                                  and s.block is None)
+
+    def is_program_output(self, node: n.Node) -> bool:
+        """Whether the ``output`` statement ``node`` sets one of the program's outputs (it
+        is outside every block definition)."""
+        return id(node) in self._outputs
+
+    def writers_of(self, name: str, block: str | None) -> list[Statement]:
+        """The statements inside ``block`` (None: top level) that bind ``name``."""
+        return [s for s in self.statements.values()
+                if (s.binds == name or name in s.names) and s.block == block]
+
+
+def analyze(program: n.Program, source: str) -> Analysis:
+    """The analysis of a compiled program."""
+    walker = _Statements(source.split("\n"))
+    walker.body(program.body, "", None, None)
+    for block in program.blocks.values():
+        walker.body(block.body, block.name, block.name, None)
+    statements = walker.out
+    return Analysis(statements, tuple(d.name for d in program.inputs),
+                    program_outputs(statements.values()),
+                    {name: agent_settings(a) for name, a in program.agents.items()},
+                    {name: Block(b.name, b.params, b.depth_limit)
+                     for name, b in program.blocks.items()},
+                    *_symbols(statements), program)
+
+
+def program_outputs(statements: Any) -> tuple[str, ...]:
+    """The program's outputs, the one rule every mode reports by: each named ``output``
+    outside a block definition, wherever it sits otherwise (under an ``if``, in a loop, in a
+    ``try``). A named ``output`` inside a block is the block's, bound in the call's frame (see
+    docs/architecture.md)."""
+    return tuple(dict.fromkeys(s.binds for s in statements
+                               if s.binding_kind == "output" and s.binds and s.block is None))
+
+
+def persist_scope(node: n.Node) -> str | None:
+    """An agent's ``persist:`` value as sessions use it: ``true`` → "execution", ``false`` →
+    None, ``project``/``user`` as written, a quoted path → the path."""
+    if isinstance(node, n.Boolean):
+        return "execution" if node.value else None
+    if isinstance(node, n.Name):
+        return {"true": "execution", "false": None}.get(node.id, node.id)
+    if isinstance(node, n.String):
+        return node.text
+    return None
+
+
+def agent_settings(node: n.AgentDef) -> Agent:
+    def text(name: str) -> str | None:
+        prop = node.property(name)
+        if prop is None:
+            return None
+        value = prop.value
+        if isinstance(value, n.String):
+            return value.text
+        if isinstance(value, n.Name):
+            return value.id
+        return None
+
+    persist = node.property("persist")
+    return Agent(node.name, text("prompt"), text("model"),
+                 persist_scope(persist.value) if persist is not None else None, node)
+
+
+def _symbols(statements: dict[str, Statement]
+             ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    defined: dict[str, list[str]] = {}
+    read: dict[str, list[str]] = {}
+    for sid, stmt in statements.items():
+        for name in (stmt.binds, *stmt.names):
+            if name:
+                defined.setdefault(name, []).append(sid)
+        if stmt.agent:
+            read.setdefault(stmt.agent, []).append(sid)
+        if stmt.node is None:
+            continue
+        for node in n.walk(stmt.node):
+            names: tuple[str, ...] = ()
+            if isinstance(node, n.Name):
+                names = (node.id,)
+            elif isinstance(node, n.Interpolation):
+                names = node.path[:1]
+            elif isinstance(node, n.DoCall):
+                names = (node.block,)
+            for name in names:
+                if sid not in read.setdefault(name, []):
+                    read[name].append(sid)
+    return ({k: tuple(v) for k, v in defined.items()}, {k: tuple(v) for k, v in read.items()})
+
+
+def _child(path: str, step: str | int) -> str:
+    return f"{path}.{step}" if path else str(step)
+
+
+class _Statements(NodeVisitor):
+    """Collects every statement with its path; ``visit`` dispatches a statement by its class
+    (an expression standing as a statement goes through :meth:`value`)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.out: dict[str, Statement] = {}
+
+    def source(self, node: n.Node) -> str:
+        return "\n".join(self.lines[node.span.line - 1: node.span.end_line])
+
+    def add(self, sid: str, kind: str, node: n.Node, block: str | None, parent: str | None,
+            **extra: object) -> None:
+        self.out[sid] = Statement(sid, kind, node.span.line, node.span.end_line,
+                                  self.source(node), block=block, parent=parent, node=node,
+                                  **extra)  # type: ignore[arg-type]
+
+    def body(self, stmts: tuple[n.Node, ...], path: str, block: str | None,
+             parent: str | None) -> None:
+        for i, stmt in enumerate(stmts):
+            self.visit(stmt, _child(path, i) if path else str(i), block, parent)
+
+    # statements -----------------------------------------------------------------------
+    def visit_BlockDef(self, node: n.BlockDef, sid: str, block: str | None,
+                       parent: str | None) -> None:
+        self.add(sid, "block", node, block, parent, binds=node.name)
+
+    def visit_AgentDef(self, node: n.AgentDef, sid: str, block: str | None,
+                       parent: str | None) -> None:
+        self.add(sid, "agent", node, block, parent, binds=node.name)
+
+    def visit_Use(self, node: n.Node, sid: str, block: str | None, parent: str | None) -> None:
+        self.add(sid, "use", node, block, parent)
+
+    visit_ImportSkill = visit_Use
+
+    def visit_Input(self, node: n.Input, sid: str, block: str | None,
+                    parent: str | None) -> None:
+        self.add(sid, "input", node, block, parent, binds=node.name, binding_kind="input")
+
+    def visit_Let(self, node: n.Let, sid: str, block: str | None, parent: str | None) -> None:
+        if isinstance(node.target, n.Destructure):  # its value, then names taken apart
+            self.value(node.value, sid, block, parent, None, None, node)
+            self.out[sid] = replace(self.out[sid], binding_kind=node.kind,
+                                    names=node.target.names)
+        else:
+            self.value(node.value, sid, block, parent, node.target, node.kind, node)
+
+    def visit_Assign(self, node: n.Assign, sid: str, block: str | None,
+                     parent: str | None) -> None:
+        self.value(node.value, sid, block, parent, node.target, "let", node)
+
+    def visit_Output(self, node: n.Output, sid: str, block: str | None,
+                     parent: str | None) -> None:
+        self.value(node.value, sid, block, parent, node.name,
+                   "output" if node.name else None, node)
+
+    def visit_ExprStmt(self, node: n.ExprStmt, sid: str, block: str | None,
+                       parent: str | None) -> None:
+        self.value(node.expr, sid, block, parent, None, None)
+
+    def visit_Branch(self, node: n.Branch, sid: str, block: str | None,
+                     parent: str | None) -> None:
+        body = node.body.expr if isinstance(node.body, n.ExprStmt) else node.body
+        if node.name is not None:
+            self.value(body, sid, block, parent, node.name, "let", node)
+        else:
+            self.visit(node.body, sid, block, parent)
+
+    def visit_Throw(self, node: n.Throw, sid: str, block: str | None,
+                    parent: str | None) -> None:
+        self.add(sid, "throw", node, block, parent)
+
+    def generic_visit(self, node: n.Node, sid: str, block: str | None,  # type: ignore[override]
+                      parent: str | None) -> None:
+        self.value(node, sid, block, parent, None, None)
+
+    # expressions standing as statements -----------------------------------------------
+    def value(self, node: n.Node, sid: str, block: str | None, parent: str | None,
+              binds: str | None, binding_kind: str | None, stmt: n.Node | None = None) -> None:
+        """A statement made of the expression ``node`` (``stmt``: the statement around it,
+        whose lines the entry spans), binding ``binds`` when given."""
+        whole = stmt or node
+        if isinstance(node, n.Session):
+            name = binds if binds is not None else node.label
+            kind = binding_kind if binds is not None else ("let" if name else None)
+            self.add(sid, "resume" if node.resume else "session", whole, block, parent,
+                     binds=name, binding_kind=kind, agent=node.agent)
+            return
+        if isinstance(node, n.Arrow):
+            self.add(sid, "sequence", whole, block, parent, binds=binds,
+                     binding_kind=binding_kind)
+            last = len(node.steps) - 1
+            for i, step in enumerate(node.steps):
+                self.value(step, f"{sid}.s{i}", block, sid, binds if i == last else None,
+                           binding_kind if i == last else None)
+            return
+        kind, judged = _compound_kind(node)
+        if kind is None:  # a plain value: the VM writes it
+            self.add(sid, binding_kind or "expression", whole, block, parent, binds=binds,
+                     binding_kind=binding_kind)
+            return
+        options: tuple[str, ...] = ()
+        if isinstance(node, n.Choice):
+            options = tuple(o.label.text for o in node.options)
+        self.add(sid, kind, whole, block, parent, binds=binds, binding_kind=binding_kind,
+                 judged=judged, options=options)
+        self.children(node, sid, block)
+
+    def children(self, node: n.Node, sid: str, block: str | None) -> None:
+        if isinstance(node, n.Parallel):
+            for i, branch in enumerate(node.branches):
+                self.visit(branch, f"{sid}|{i}", block, sid)
+        elif isinstance(node, n.Repeat | n.For | n.Loop | n.DoBlock):
+            self.body(node.body, sid, block, sid)
+        elif isinstance(node, n.Try):
+            self.body(node.body, f"{sid}.try", block, sid)
+            if node.catch_body is not None:
+                self.body(node.catch_body, f"{sid}.catch", block, sid)
+            if node.finally_body is not None:
+                self.body(node.finally_body, f"{sid}.finally", block, sid)
+        elif isinstance(node, n.If):
+            for i, branch in enumerate(node.branches):
+                self.add(f"{sid}.if{i}", "condition", branch.condition, block, sid,
+                         judged=_judged(branch.condition))
+                self.body(branch.body, f"{sid}.b{i}", block, sid)
+            if node.else_body is not None:
+                self.body(node.else_body, f"{sid}.else", block, sid)
+        elif isinstance(node, n.Choice):
+            for i, option in enumerate(node.options):
+                self.body(option.body, f"{sid}.o{i}", block, sid)
+        elif isinstance(node, n.Pipeline):
+            for k, op in enumerate(node.ops):
+                self.body(op.body, f"{sid}.p{k}", block, sid)
+
+
+_COMPOUND = {n.Parallel: "parallel", n.Repeat: "repeat", n.Try: "try", n.If: "if",
+             n.DoBlock: "do", n.DoCall: "call_block", n.ProgramCall: "call_program",
+             n.Pipeline: "pipeline"}
+
+
+def _compound_kind(node: n.Node) -> tuple[str | None, bool]:
+    if isinstance(node, n.For):
+        return ("parallel_for" if node.parallel else "for"), False
+    if isinstance(node, n.Loop):
+        return "loop", node.condition is not None and _judged(node.condition)
+    if isinstance(node, n.Choice):
+        return "choice", _judged(node.criteria)
+    return _COMPOUND.get(type(node)), False
+
+
+def _judged(condition: n.Node) -> bool:
+    """Whether a condition has a ``**discretion**`` part the VM judges."""
+    return any(isinstance(node, n.Discretion) for node in n.walk(condition))
+
+
+__all__ = ["BINDING_KINDS", "SESSION_KINDS", "Agent", "Analysis", "Block", "NodeVisitor",
+           "Statement", "agent_settings", "analyze", "persist_scope", "program_outputs"]
