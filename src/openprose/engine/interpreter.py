@@ -49,7 +49,7 @@ from openprose.engine.sessions import shape
 from openprose.engine.values import Value
 from openprose.engine.work_tools import WorkSetup, WorkTools
 from openprose.language import nodes as n
-from openprose.language.analysis import analyze
+from openprose.language.analysis import NodeVisitor, analyze
 
 
 @dataclass(slots=True)
@@ -136,7 +136,7 @@ class Totals:
         self.typical_call += (seconds - self.typical_call) * (0.1 if self.typical_call else 1)
 
 
-class Interpreter:
+class Interpreter(NodeVisitor):
     def __init__(
         self,
         program: n.Program,
@@ -195,9 +195,13 @@ class Interpreter:
         except ProgramError as err:
             raise err.located(node.span, self.file) from None
 
-    async def visit(self, node: n.Node, ctx: Ctx, target: Target | None = None) -> Value:
-        method = getattr(self, "v_" + type(node).__name__)
-        return await method(node, ctx, target)
+    prefix = "v_"  # NodeVisitor: visit(node, ctx, target) calls v_<Node>(node, ctx, target)
+
+    def visit(self, node: n.Node, ctx: Ctx, target: Target | None = None) -> Any:
+        return super().visit(node, ctx, target)
+
+    def generic_visit(self, node: n.Node, *args: object, **kwargs: object) -> None:
+        raise TypeError(f"the engine does not run {type(node).__name__} nodes")
 
     def emit(self, kind: str, key: str, node: n.Node, text: str = "", tokens: int = 0) -> None:
         if self.options.listener is not None:

@@ -13,26 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 
+# The path format is the language's (one definition); the engine builds its keys with it.
+from openprose.language.paths import branch, call, child, iteration, judgment
 
-def child(path: str, step: str | int) -> str:
-    """The path of statement ``step`` of the body at ``path``."""
-    return f"{path}.{step}" if path else str(step)
-
-
-def iteration(path: str, i: int) -> str:
-    return f"{path}[{i}]"
-
-
-def branch(path: str, i: int) -> str:
-    return f"{path}|{i}"
-
-
-def call(path: str, block: str) -> str:
-    return f"{path}>{block}"
-
-
-def judgment(path: str, round_: int) -> str:
-    return f"{path}?{round_}"
+__all__ = ["branch", "call", "child", "input_hash", "iteration", "judgment"]
 
 
 def input_hash(*parts: object) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from openprose.engine.imports import Imported
 from openprose.engine.sessions import shape
 from openprose.language import nodes as n
+from openprose.language.analysis import NodeVisitor
 
 # Rough token assumptions for the estimate: characters per token, answer length.
 CHARS_PER_TOKEN = 4
@@ -71,70 +72,75 @@ def _total(steps: Iterable[PlannedStep]) -> int:
 
 def plan(program: n.Program, imports: dict[str, Imported] | None = None,
          loop_limit: int = 1000) -> Plan:
-    walker = _Walker(program, imports or {}, loop_limit)
-    walker.body(program.body, 1, ())
-    return walker.plan
+    planner = _Planner(program, imports or {}, loop_limit)
+    planner.body(program.body, 1, ())
+    return planner.plan
 
 
-@dataclass
-class _Walker:
-    program: n.Program
-    imports: dict[str, Imported]
-    loop_limit: int
-    plan: Plan = field(default_factory=Plan)
-    calling: tuple[str, ...] = ()
+class _Planner(NodeVisitor):
+    """Counts the sessions and judgments each statement may run (``times``: how often the
+    statement runs, None when data decides; ``why``: the constructs that multiply it)."""
+
+    def __init__(self, program: n.Program, imports: dict[str, Imported], loop_limit: int,
+                 plan: Plan | None = None) -> None:
+        self.program = program
+        self.imports = imports
+        self.loop_limit = loop_limit
+        self.plan = plan if plan is not None else Plan()
+        self.calling: tuple[str, ...] = ()
 
     def body(self, stmts: tuple[n.Node, ...], times: int | None, why: tuple[str, ...]) -> None:
         for stmt in stmts:
-            self.node(stmt, times, why)
+            self.visit(stmt, times, why)
 
-    def node(self, node: n.Node, times: int | None, why: tuple[str, ...]) -> None:
-        if isinstance(node, n.Session):
-            merged = shape(node, self.program.agents)
-            text = merged.prompt.text if merged.prompt else ""
-            self.plan.steps.append(PlannedStep(node.span.line, "session", text, times,
-                                        " × ".join(why), merged.model))
-            return
-        if isinstance(node, n.Discretion):
-            self.plan.steps.append(PlannedStep(node.span.line, "judgment", node.text, times,
-                                        " × ".join(why)))
-            return
-        if isinstance(node, n.Loop):
-            bound = node.max if node.max is not None else self.loop_limit
-            label = f"loop max {node.max}" if node.max is not None else f"unbounded loop " \
-                f"(safety limit {self.loop_limit})"
-            if node.condition is not None:
-                self.node(node.condition, _mul(times, bound), (*why, label))
-            self.body(node.body, _mul(times, bound), (*why, label))
-            return
-        if isinstance(node, n.Repeat):
-            count = node.count.value if isinstance(node.count, n.Number) else None
-            self.body(node.body, _mul(times, count), (*why, f"repeat {count or '?'}"))
-            return
-        if isinstance(node, n.For):
-            count, label = self.size(node.collection)
-            self.body(node.body, _mul(times, count), (*why, label))
-            return
-        if isinstance(node, n.Pipeline):
-            self.node(node.source, times, why)
-            count, label = self.size(node.source)
-            for op in node.ops:
-                self.body(op.body, _mul(times, count), (*why, f"{op.kind} over {label}"))
-            return
-        if isinstance(node, n.DoCall):
-            self.call(node, times, why)
-            return
-        if isinstance(node, n.ProgramCall) and node.callee in self.imports:
-            imported = self.imports[node.callee]
-            inner = _Walker(imported.program, imported.imports, self.loop_limit, self.plan)
-            inner.body(imported.program.body, times, (*why, f"program {node.callee}"))
-            return
-        if isinstance(node, n.AgentDef | n.BlockDef):
-            return
-        for child in node.children():
-            self.node(child, times, why)
+    def visit_Session(self, node: n.Session, times: int | None, why: tuple[str, ...]) -> None:
+        merged = shape(node, self.program.agents)
+        text = merged.prompt.text if merged.prompt else ""
+        self.plan.steps.append(PlannedStep(node.span.line, "session", text, times,
+                                           " × ".join(why), merged.model))
 
-    def call(self, node: n.DoCall, times: int | None, why: tuple[str, ...]) -> None:
+    def visit_Discretion(self, node: n.Discretion, times: int | None,
+                         why: tuple[str, ...]) -> None:
+        self.plan.steps.append(PlannedStep(node.span.line, "judgment", node.text, times,
+                                           " × ".join(why)))
+
+    def visit_Loop(self, node: n.Loop, times: int | None, why: tuple[str, ...]) -> None:
+        bound = node.max if node.max is not None else self.loop_limit
+        label = f"loop max {node.max}" if node.max is not None else f"unbounded loop " \
+            f"(safety limit {self.loop_limit})"
+        if node.condition is not None:
+            self.visit(node.condition, _mul(times, bound), (*why, label))
+        self.body(node.body, _mul(times, bound), (*why, label))
+
+    def visit_Repeat(self, node: n.Repeat, times: int | None, why: tuple[str, ...]) -> None:
+        count = node.count.value if isinstance(node.count, n.Number) else None
+        self.body(node.body, _mul(times, count), (*why, f"repeat {count or '?'}"))
+
+    def visit_For(self, node: n.For, times: int | None, why: tuple[str, ...]) -> None:
+        count, label = self.size(node.collection)
+        self.body(node.body, _mul(times, count), (*why, label))
+
+    def visit_Pipeline(self, node: n.Pipeline, times: int | None, why: tuple[str, ...]) -> None:
+        self.visit(node.source, times, why)
+        count, label = self.size(node.source)
+        for op in node.ops:
+            self.body(op.body, _mul(times, count), (*why, f"{op.kind} over {label}"))
+
+    def visit_ProgramCall(self, node: n.ProgramCall, times: int | None,
+                          why: tuple[str, ...]) -> None:
+        imported = self.imports.get(node.callee)
+        if imported is None:
+            self.generic_visit(node, times, why)
+            return
+        inner = _Planner(imported.program, imported.imports, self.loop_limit, self.plan)
+        inner.body(imported.program.body, times, (*why, f"program {node.callee}"))
+
+    def visit_AgentDef(self, node: n.Node, times: int | None, why: tuple[str, ...]) -> None:
+        """Definitions run nothing where they stand (a block runs where it is called)."""
+
+    visit_BlockDef = visit_AgentDef
+
+    def visit_DoCall(self, node: n.DoCall, times: int | None, why: tuple[str, ...]) -> None:
         block = self.program.blocks.get(node.block)
         if block is None:
             return

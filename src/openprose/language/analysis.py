@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from openprose.language import nodes as n
+from openprose.language import paths
+from openprose.language.paths import child
 
 #: kinds of statement that spawn a session
 SESSION_KINDS = frozenset({"session", "resume"})
@@ -50,8 +52,8 @@ class NodeVisitor:
         return method(node, *args, **kwargs)
 
     def generic_visit(self, node: n.Node, *args: Any, **kwargs: Any) -> Any:
-        for child in node.children():
-            self.visit(child, *args, **kwargs)
+        for inner in node.children():
+            self.visit(inner, *args, **kwargs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,10 +206,6 @@ def _symbols(statements: dict[str, Statement]
     return ({k: tuple(v) for k, v in defined.items()}, {k: tuple(v) for k, v in read.items()})
 
 
-def _child(path: str, step: str | int) -> str:
-    return f"{path}.{step}" if path else str(step)
-
-
 class _Statements(NodeVisitor):
     """Collects every statement with its path; ``visit`` dispatches a statement by its class
     (an expression standing as a statement goes through :meth:`value`)."""
@@ -228,7 +226,7 @@ class _Statements(NodeVisitor):
     def body(self, stmts: tuple[n.Node, ...], path: str, block: str | None,
              parent: str | None) -> None:
         for i, stmt in enumerate(stmts):
-            self.visit(stmt, _child(path, i) if path else str(i), block, parent)
+            self.visit(stmt, child(path, i), block, parent)
 
     # statements -----------------------------------------------------------------------
     def visit_BlockDef(self, node: n.BlockDef, sid: str, block: str | None,
@@ -302,7 +300,7 @@ class _Statements(NodeVisitor):
                      binding_kind=binding_kind)
             last = len(node.steps) - 1
             for i, step in enumerate(node.steps):
-                self.value(step, f"{sid}.s{i}", block, sid, binds if i == last else None,
+                self.value(step, child(sid, f"s{i}"), block, sid, binds if i == last else None,
                            binding_kind if i == last else None)
             return
         kind, judged = _compound_kind(node)
@@ -319,29 +317,29 @@ class _Statements(NodeVisitor):
 
     def children(self, node: n.Node, sid: str, block: str | None) -> None:
         if isinstance(node, n.Parallel):
-            for i, branch in enumerate(node.branches):
-                self.visit(branch, f"{sid}|{i}", block, sid)
+            for i, branch_node in enumerate(node.branches):
+                self.visit(branch_node, paths.branch(sid, i), block, sid)
         elif isinstance(node, n.Repeat | n.For | n.Loop | n.DoBlock):
             self.body(node.body, sid, block, sid)
         elif isinstance(node, n.Try):
-            self.body(node.body, f"{sid}.try", block, sid)
+            self.body(node.body, child(sid, "try"), block, sid)
             if node.catch_body is not None:
-                self.body(node.catch_body, f"{sid}.catch", block, sid)
+                self.body(node.catch_body, child(sid, "catch"), block, sid)
             if node.finally_body is not None:
-                self.body(node.finally_body, f"{sid}.finally", block, sid)
+                self.body(node.finally_body, child(sid, "finally"), block, sid)
         elif isinstance(node, n.If):
             for i, branch in enumerate(node.branches):
-                self.add(f"{sid}.if{i}", "condition", branch.condition, block, sid,
+                self.add(child(sid, f"if{i}"), "condition", branch.condition, block, sid,
                          judged=_judged(branch.condition))
-                self.body(branch.body, f"{sid}.b{i}", block, sid)
+                self.body(branch.body, child(sid, f"b{i}"), block, sid)
             if node.else_body is not None:
-                self.body(node.else_body, f"{sid}.else", block, sid)
+                self.body(node.else_body, child(sid, "else"), block, sid)
         elif isinstance(node, n.Choice):
             for i, option in enumerate(node.options):
-                self.body(option.body, f"{sid}.o{i}", block, sid)
+                self.body(option.body, child(sid, f"o{i}"), block, sid)
         elif isinstance(node, n.Pipeline):
             for k, op in enumerate(node.ops):
-                self.body(op.body, f"{sid}.p{k}", block, sid)
+                self.body(op.body, child(sid, f"p{k}"), block, sid)
 
 
 _COMPOUND = {n.Parallel: "parallel", n.Repeat: "repeat", n.Try: "try", n.If: "if",

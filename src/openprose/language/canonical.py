@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from openprose.language import nodes as n
+from openprose.language.analysis import NodeVisitor
 from openprose.language.lexer import INTERPOLATION_RE
 
 INDENT = "  "
@@ -48,7 +49,7 @@ def _is_definition(node: n.Node) -> bool:
     return isinstance(node, n.AgentDef | n.BlockDef)
 
 
-class _Printer:
+class _Printer(NodeVisitor):
     # ------------------------------------------------------------------ statements
     def body(self, stmts: tuple[n.Node, ...], level: int) -> list[str]:
         out: list[str] = []
@@ -63,11 +64,14 @@ class _Printer:
     def header(self, text: str, body: tuple[n.Node, ...], level: int) -> list[str]:
         return [text + ":", *self.body(body, level + 1)]
 
+    prefix = "print_"
+
     def lines(self, node: n.Node, level: int) -> list[str]:
         """Lines for ``node``: the first without indentation, the rest fully indented."""
-        method = getattr(self, f"print_{type(node).__name__}", None)
-        if method is not None:
-            return method(node, level)
+        return self.visit(node, level)  # type: ignore[no-any-return]
+
+    def generic_visit(self, node: n.Node, level: int) -> list[str]:  # type: ignore[override]
+        """An expression on one line."""
         return [self.inline(node, 0)]
 
     def print_ImportSkill(self, node: n.ImportSkill, level: int) -> list[str]:

@@ -1,6 +1,6 @@
 """Tokenizer: source text → tokens, with INDENT/DEDENT like CPython's tokenize.
 
-Rules (see docs/language.md):
+Rules (docs/architecture.md places the lexer among the stages):
 - Indentation opens and closes blocks; blank and comment-only lines never do.
 - Newlines inside ``( ) [ ] { }`` are ignored.
 - A line whose first token is ``|`` or ``->`` continues the expression before it: it never

@@ -9,9 +9,9 @@ Token model:
   exactly its one binding, reads the bindings it was given as context and, for a persistent
   agent, that agent's memory. It ends when its binding is written.
 - A run's **mode** is recorded with its driver: ``host`` (a host model steps it with these
-  tools), ``guided`` (see :mod:`openprose.mcp_server.modes`), and ``engine`` for runs the
-  engine started (no driver record), which no VM token drives until ``resume_run`` hands them
-  over explicitly.
+  tools), ``guided`` and ``delegated`` (the server's engine runs it: see
+  :mod:`openprose.mcp_server.tools_engine`), and ``engine`` for runs the engine started (no
+  driver record), which no VM token drives until ``resume_run`` hands them over explicitly.
 
 Everything a tool writes goes through :mod:`openprose.state`; a :class:`DrivenRun` adds what
 the server checks calls against: the outline, live sessions, statement statuses.

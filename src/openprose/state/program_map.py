@@ -1,10 +1,8 @@
 """Where a journal key sits in its program: the statement it names and the constructs
 (loops, parallel blocks, block calls) it runs inside.
 
-A key is the engine's statement path (see ``openprose.engine.keys``): statement indexes
-joined by ``.``, ``[i]`` for a loop iteration, ``|b`` for a parallel branch, ``>name`` for a
-block call, ``?n`` for a judgment round, and labels such as ``b0``, ``else``, ``try`` for the
-bodies of conditionals, choices and ``try``. Only the program text is needed, so any process
+A key is the engine's statement path, read with the one definition of the format
+(:mod:`openprose.language.paths`). Only the program text is needed, so any process
 can place a run's steps, whichever backend holds them.
 """
 
@@ -16,13 +14,13 @@ from functools import lru_cache
 
 from openprose.language import compile as compile_program
 from openprose.language import nodes as n
+from openprose.language import paths
 
 #: A step another driver records under its namespace: ``<ns>:<statement id>@<frame>#<n>`` for
 #: the n-th session of a statement in one frame, ``...?<round>`` for a verdict (the MCP
 #: server's embodied runs). A statement id is a path without iterations; a block's body is
 #: named by the block (``review.0``). Other namespaced keys (``mcp:driver``) are not steps.
 _DRIVER_STEP = re.compile(r"[a-z]+:([^:@]+)@\d+[#?]\d+")
-_TOKEN = re.compile(r"\[(\d+)\]|\|(\d+)|>([^.\[|>?]+)|\?(\d+)|\.?([a-z]+\d*|\d+)")
 _LABEL = re.compile(r"([a-z]+)(\d*)")
 
 
@@ -74,28 +72,26 @@ class ProgramMap:
         node: n.Node | None = self.program
         body: tuple[n.Node, ...] | None = self.program.body
         enclosing: list[Enclosing] = []
-        for match in _TOKEN.finditer(key):
-            prefix = key[:match.start()]
-            iteration, branch, call, _judgment, step = match.groups()
+        for kind, value, prefix in paths.tokens(key):
             target = _unwrap(node)
-            if iteration is not None:
-                enclosing.append(Enclosing("iteration", prefix, target, int(iteration)))
+            if kind == "iteration":
+                enclosing.append(Enclosing("iteration", prefix, target, int(value)))
                 body = getattr(target, "body", None)
                 body = body if isinstance(body, tuple) else None
-            elif branch is not None:
+            elif kind == "branch":
                 branches = getattr(target, "branches", ())
-                index = int(branch)
+                index = int(value)
                 enclosing.append(Enclosing("branch", prefix, target, index))
                 node = branches[index] if index < len(branches) else None
                 body = None
-            elif call is not None:
-                block = self.blocks.get(call)
-                enclosing.append(Enclosing("call", prefix, node, name=call))
+            elif kind == "call":
+                block = self.blocks.get(value)
+                enclosing.append(Enclosing("call", prefix, node, name=value))
                 if block is None:  # an imported program: its steps are its own run's
                     return Placed(node, tuple(enclosing))
                 body = block.body
-            elif step is not None:
-                node, body = _step(node, body, step)
+            elif kind == "step":
+                node, body = _step(node, body, value)
             if node is None:
                 break
         return Placed(node, tuple(enclosing))
