@@ -110,6 +110,7 @@ class Analysis:
     #: name → paths of the statements that read it (names, interpolations, agents, calls)
     references: dict[str, tuple[str, ...]] = field(default_factory=dict)
     program: n.Program | None = field(default=None, repr=False)
+    _outputs: frozenset[int] = field(default=frozenset(), init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._outputs = frozenset(id(s.node) for s in self.statements.values()

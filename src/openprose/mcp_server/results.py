@@ -11,6 +11,7 @@ from typing import Any
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
 
+from openprose.language import Diagnostic
 from openprose.language.analysis import Analysis, Statement
 from openprose.state import BindingRef, Run
 
@@ -174,6 +175,11 @@ class MemoryResult(BaseModel):
 class OutputRef(BaseModel):
     name: str
     location: str
+
+
+def compile_errors(errors: list[Diagnostic]) -> str:
+    """Why a tool refuses a program, each error as ``prose compile`` shows it (no excerpt)."""
+    return "the program does not compile:\n" + "\n".join(d.format() for d in errors)
 
 
 def run_outputs(run: Run, analysis: Analysis) -> list[OutputRef]:

@@ -62,7 +62,13 @@ from openprose.mcp_server.guided import (
 from openprose.mcp_server.prompts import PromptError
 from openprose.mcp_server.prompts import compiled as compiled_program
 from openprose.mcp_server.refusal import Refusal
-from openprose.mcp_server.results import OutputRef, ReadResult, WriteResult, run_outputs
+from openprose.mcp_server.results import (
+    OutputRef,
+    ReadResult,
+    WriteResult,
+    compile_errors,
+    run_outputs,
+)
 from openprose.mcp_server.runs import DRIVER_KEY, DrivenRun
 from openprose.mcp_server.sampling import SamplingProvider
 from openprose.paths import PathRefused, contained
@@ -340,9 +346,7 @@ async def _program(program: str, root: Path) -> tuple[str, str | None, n.Program
     except (PromptError, OSError, UnicodeDecodeError) as exc:
         raise ToolError(f"program: {exc}") from None
     if not compiled.ok or compiled.program is None:
-        raise ToolError("the program does not compile:\n" + "\n".join(
-            f"{d.file or '<program>'}:{d.span.line}:{d.span.column} {d.code} {d.message}"
-            for d in compiled.errors))
+        raise ToolError(compile_errors(compiled.errors))
     return source, path, compiled.program
 
 

@@ -30,6 +30,7 @@ from openprose.mcp_server.results import (
     StatusResult,
     VerdictInfo,
     block_infos,
+    compile_errors,
     outline_items,
     reply,
 )
@@ -134,11 +135,6 @@ def status_text(status: StatusResult) -> str:
                                               for v in status.verdicts))
     return "\n".join(lines)
 
-
-def compile_errors(errors: list) -> str:
-    return "the program does not compile:\n" + "\n".join(
-        f"{d.file or '<program>'}:{d.span.line}:{d.span.column} {d.code} {d.message}"
-        for d in errors)
 
 
 #: The spec a host model follows in each run mode (a model cannot get a prompt: only a user
