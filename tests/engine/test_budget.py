@@ -65,10 +65,10 @@ def test_the_budget_may_come_from_the_settings(tmp_path):
 
 
 def test_the_cost_limit_counts_what_the_run_spent_before():
-    from openprose.engine.interpreter import Budget
+    from openprose.engine.interpreter import RunBudget
     from openprose.engine.provider import Usage
 
-    budget = Budget(max_cost=0.05, spent=Usage(10, 10, 0.04))
+    budget = RunBudget(max_cost=0.05, spent=Usage(10, 10, 0.04))
     assert budget.exceeded(Usage(1, 1, 0.009)) is None
     assert budget.exceeded(Usage(1, 1, 0.01)) == \
         "the run has cost $0.0500, its --max-cost is $0.0500"

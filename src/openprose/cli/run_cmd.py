@@ -276,7 +276,7 @@ def _budget(job: Any, max_tokens: int | None, max_cost: float | None, root: Path
             command: str) -> None:
     """The run's budget: flags, else (resume) what the run recorded, else the settings;
     recorded with the run so a resume keeps it unless raised."""
-    from openprose.engine.interpreter import Budget
+    from openprose.engine.interpreter import RunBudget
     from openprose.state import settings
 
     env = settings(root)
@@ -289,7 +289,7 @@ def _budget(job: Any, max_tokens: int | None, max_cost: float | None, root: Path
         _refuse(command, f"OPENPROSE_MAX_TOKENS / OPENPROSE_MAX_COST: not a number ({err})")
     if max_tokens is None and max_cost is None:
         return
-    job.budget = Budget(max_tokens, max_cost)
+    job.budget = RunBudget(max_tokens, max_cost)
     job.settings.update({key: value for key, value in
                          (("max_tokens", max_tokens), ("max_cost", max_cost)) if value})
 

@@ -66,11 +66,11 @@ class Options:
     #: Work tools for sessions (files, shell, web) and their permission policy.
     work: WorkSetup | None = None
     #: The run's token and cost limits (``None``: none).
-    budget: Budget | None = None
+    budget: RunBudget | None = None
 
 
 @dataclass(slots=True)
-class Budget:
+class RunBudget:
     """At most ``max_tokens`` tokens (input and output) and ``max_cost`` US dollars for the
     whole run, ``spent`` counting what it used before this process drove it."""
 

@@ -28,7 +28,7 @@ from openprose.engine.errors import (
 )
 from openprose.engine.events import Event, Listener
 from openprose.engine.imports import Imported, ImportLoader, resolve
-from openprose.engine.interpreter import Budget, Interpreter, Options
+from openprose.engine.interpreter import Interpreter, Options, RunBudget
 from openprose.engine.plan import Plan, plan
 from openprose.engine.provider import Provider, Usage
 from openprose.engine.state_journal import StateJournal, recorded_inputs
@@ -64,7 +64,7 @@ class Job:
     #: the default permissions and nobody to ask).
     work: WorkSetup | None = None
     #: The run's token and cost limits.
-    budget: Budget | None = None
+    budget: RunBudget | None = None
 
 
 @dataclass

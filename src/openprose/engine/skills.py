@@ -24,6 +24,7 @@ import httpx
 import yaml
 
 from openprose.engine.permissions import SKILL_CACHE, STATE_DIR
+from openprose.errors import OpenProseError
 from openprose.language import nodes as n
 
 #: Where ``github:owner/repo`` archives come from (a mirror, or a local server in tests).
@@ -40,7 +41,7 @@ class Skill:
     folder: Path
 
 
-class SkillUnavailable(Exception):
+class SkillUnavailable(OpenProseError):
     """Why a skill could not be resolved (becomes the run's warning)."""
 
 

@@ -63,7 +63,7 @@ def same_text(a: str, b: str) -> bool:
 
 
 @dataclass
-class Call:
+class FollowedCall:
     """A block call the interpreter entered, waiting for (or matched to) the host's frame."""
 
     key: str
@@ -76,7 +76,7 @@ class Call:
     closed: bool = False  # the host popped its frame
 
 
-class _IO:
+class _ParkedIO:
     """A parked session's IO: the host's subagent reads and writes through its own token."""
 
     def __init__(self, spec: SessionSpec) -> None:
@@ -101,7 +101,7 @@ class _IO:
 
 class _Opened:
     def __init__(self, spec: SessionSpec) -> None:
-        self.io = _IO(spec)
+        self.io = _ParkedIO(spec)
 
     def binding_location(self, name: str, execution_id: int | None) -> str:
         return name
@@ -218,7 +218,7 @@ class Follower:
 
     outline: Analysis
     provider: HostProvider = field(default_factory=HostProvider)
-    calls: dict[int, Call] = field(default_factory=dict)  # by the interpreter's execution id
+    calls: dict[int, FollowedCall] = field(default_factory=dict)  # by the interpreter's execution id
     asked: dict[str, asyncio.Future[str]] = field(default_factory=dict)  # inputs it waits for
     claimed: set[str] = field(default_factory=set)  # item tokens a host session answers
     done: list[str] = field(default_factory=list)  # keys of the sessions finished
@@ -272,7 +272,7 @@ class Follower:
     def entered(self, block: str, args: dict[str, Value], parent: int | None, key: str) -> int:
         own = len(self.calls) + 1
         host = self.journal.replay.frames.get(key) if self.journal else None
-        self.calls[own] = Call(key, block, {k: to_text(v) for k, v in args.items()}, parent, own,
+        self.calls[own] = FollowedCall(key, block, {k: to_text(v) for k, v in args.items()}, parent, own,
                                host, closed=host is not None and host in self.journal.replay.popped)
         self.moved()
         return own
@@ -463,7 +463,7 @@ class Follower:
         await self.quiet()
 
     async def frame_for(self, block: str, args: dict[str, str], host_parent: int | None,
-                        statement: Statement | None) -> Call:
+                        statement: Statement | None) -> FollowedCall:
         """The block call the host's ``push_frame`` enters: one the interpreter entered
         and nobody pushed yet, with the same block, caller and arguments."""
         await self.quiet()
@@ -505,5 +505,5 @@ class Follower:
         return Refusal("a run completes when its program has finished",
                        f"{detail}; next: {self.expected()}")
 
-__all__ = ["Call", "Follower", "Replay", "round_of", "same_text",
+__all__ = ["FollowedCall", "Follower", "Replay", "round_of", "same_text",
            "statement_of"]
