@@ -6,6 +6,7 @@ for the model reading the conversation (:func:`reply`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from mcp_types import CallToolResult, TextContent
@@ -178,8 +179,10 @@ class OutputRef(BaseModel):
 
 
 def compile_errors(errors: list[Diagnostic]) -> str:
-    """Why a tool refuses a program, each error as ``prose compile`` shows it (no excerpt)."""
-    return "the program does not compile:\n" + "\n".join(d.format() for d in errors)
+    """Why a tool refuses a program, each error as ``prose compile`` shows it (no excerpt; an
+    inline program is ``<program>``)."""
+    return "the program does not compile:\n" + "\n".join(
+        replace(d, file=d.file or "<program>").format() for d in errors)
 
 
 def run_outputs(run: Run, analysis: Analysis) -> list[OutputRef]:
