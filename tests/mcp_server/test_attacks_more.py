@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -158,3 +159,25 @@ async def test_a_refusal_never_echoes_a_megabyte_argument(root, era):
             text = await h.refused(tool, **arguments)
             assert len(text) <= MAX_ERROR_CHARS + 100, (tool, len(text))
             assert "refused (rule: " in text and "characters cut" in text, tool
+
+
+# ------------------------------------------------------------------ concurrent calls
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_concurrent_complete_runs_finish_the_run_once(root, era):
+    """Ten complete_run calls at once on one VM token all succeeded (each passed the 'still
+    running' check while the first waited for the program's follower), each finishing the
+    run again with its own status and error."""
+    async with host(root, era, watch=False) as h:
+        started = await h.call("start_run", program="p.prose", inputs={"topic": "tides"})
+        answers: list[bool] = []
+
+        async def finish(n: int) -> None:
+            result = await h.client.call_tool("complete_run", {
+                "vm_token": started["vm_token"], "status": "failed", "error": f"stop {n}"})
+            answers.append(result.is_error)
+
+        async with anyio.create_task_group() as group:
+            for n in range(10):
+                group.start_soon(finish, n)
+        assert sorted(answers) == [False] + [True] * 9

@@ -303,6 +303,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         if driven.follower is not None:
             unfinished = await driven.follower.finish_refusal(status)
             problems += [unfinished] if unfinished is not None else []
+            driven.live()  # checked again: another call may have finished it meanwhile
         if status == "completed":
             problems += [Refusal("a run completes only when no session is pending",
                                  f"the session for '{p.ref.name}' has not written its binding",
