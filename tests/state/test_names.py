@@ -5,6 +5,7 @@ or control characters, nothing overlong; custom persist paths stay inside the pr
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,20 @@ def test_a_prose_folder_linking_out_of_the_project_is_refused(tmp_path, backend)
     (project / ".prose").symlink_to(project / "state", target_is_directory=True)
     with open_store(project, backend, home=tmp_path / "home") as store:
         assert store.list_runs() == []
+
+
+@pytest.mark.parametrize("backend", ["filesystem", "sqlite"])
+def test_a_run_linked_out_of_prose_is_listed_damaged_and_hides_no_other(tmp_path, backend):
+    """A link in .prose/runs/ to a run directory elsewhere made the whole listing fail:
+    `prose runs` said 'no runs yet' beside a real run, and `prose clean` saw none."""
+    project, home = tmp_path / "project", tmp_path / "home"
+    project.mkdir()
+    with open_store(project, backend, home=home) as store:
+        real = store.create_run('output o = session "x"\n', "p.prose").id
+    elsewhere = tmp_path / "elsewhere" / "20250101-000000-aaaaaa"
+    shutil.copytree(project / ".prose" / "runs" / real, elsewhere)
+    (project / ".prose" / "runs" / "20250101-000000-aaaaaa").symlink_to(
+        elsewhere, target_is_directory=True)
+    with open_store(project, backend, home=home) as store:
+        listed = {info.id: info.status for info in store.list_runs()}
+    assert listed == {real: "running", "20250101-000000-aaaaaa": "damaged"}

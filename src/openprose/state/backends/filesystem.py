@@ -355,8 +355,8 @@ class FilesystemBackend(Backend):
         for path in sorted(self.runs.glob("*/run.json")):
             try:
                 found.append(self.load_run(path.parent.name))
-            except DamagedState as err:
-                found.append(damaged_record(path.parent.name, err))
+            except (DamagedState, PathEscapeError) as err:  # listed with its problem: one
+                found.append(damaged_record(path.parent.name, err))  # never hides the rest
         return found
 
     def rebuild_run(self, run_id: str, damage: DamagedState) -> RunRecord:

@@ -206,7 +206,7 @@ class SqliteBackend(SqlBackend):
             with contextlib.suppress(RunNotFound):
                 try:
                     found.append(self.load_run(path.parent.name))
-                except DamagedState as err:
+                except (DamagedState, PathEscapeError) as err:  # one never hides the rest
                     found.append(damaged_record(path.parent.name, err))
         return found
 
