@@ -298,3 +298,17 @@ def test_network_prompt_asks_before_the_web_tools_are_offered(server, tmp_path):
     assert asked == [("reader", "network"), ("reader", "network")]
     first, second = ({t["name"] for t in r["body"]["tools"]} for r in srv.requests)
     assert "web_search" not in first and {"web_search", "web_fetch"} <= second
+
+
+def test_an_error_echoing_the_api_key_never_keeps_it(server):
+    """A proxy at ANTHROPIC_BASE_URL that echoes the key in its error put the key into the
+    run's error, its journal, state.md and the terminal."""
+    key = "sk-ant-echoed-4f2a9c"
+    srv = server([(401, {}, {"type": "error", "error": {
+        "type": "authentication_error", "message": f"invalid x-api-key {key}"}})])
+    provider = AnthropicProvider(api_key=key, base_url=srv.url)
+    journal = MemJournal()
+    with pytest.raises(Exception) as failed:
+        _run('output s = session "Go"\n', provider, journal)
+    assert "invalid x-api-key ***" in str(failed.value) and key not in str(failed.value)
+    assert key not in repr(journal.__dict__)

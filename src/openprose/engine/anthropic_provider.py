@@ -280,14 +280,22 @@ class AnthropicProvider(Provider):
                 return await self.client.messages.create(**kwargs)
             except anthropic.APIStatusError as err:
                 if err.status_code not in _RETRY_STATUS or attempt == self.max_retries:
-                    raise ProviderError(f"Anthropic API {err.status_code}: {err.message}",
-                                        retryable=err.status_code in _RETRY_STATUS) from err
+                    raise ProviderError(f"Anthropic API {err.status_code}: "
+                                        f"{self._without_key(err.message)}",
+                                        retryable=err.status_code in _RETRY_STATUS) from None
                 await self.sleep(_retry_after(err.response.headers, attempt))
             except (anthropic.APITimeoutError, anthropic.APIConnectionError) as err:
                 if attempt == self.max_retries:
-                    raise ProviderError(f"Anthropic API unreachable: {err}") from err
+                    raise ProviderError("Anthropic API unreachable: "
+                                        f"{self._without_key(str(err))}") from None
                 await self.sleep(min(30.0, 2.0**attempt))
         raise AssertionError("unreachable")
+
+    def _without_key(self, text: str) -> str:
+        """``text`` (an error the API or a proxy wrote, kept in the run and shown) with the
+        API key replaced: a proxy at ANTHROPIC_BASE_URL may echo what it was sent."""
+        key = self.client.api_key
+        return text.replace(key, "***") if key else text
 
 
 def _turns(value: str | None) -> int:
