@@ -181,3 +181,19 @@ async def test_concurrent_complete_runs_finish_the_run_once(root, era):
             for n in range(10):
                 group.start_soon(finish, n)
         assert sorted(answers) == [False] + [True] * 9
+
+
+# ------------------------------------------------------------------ names too long to keep
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_name_longer_than_state_keeps_is_a_compile_error(root, era):
+    """start_run of a program whose input is named with 200 characters crashed ('Error
+    executing tool start_run'): the state refuses such a name only when writing it."""
+    long, fits = "a" * 129, "b" * 128
+    async with host(root, era, watch=False) as h:
+        text = await h.refused("start_run", program=f'input {long}: "x"\n'
+                               f'output o = session "x {{{long}}}"\n', inputs={long: "v"})
+        assert "E005" in text and "longer than 128 characters" in text
+        started = await h.call("start_run", program=f'input {fits}: "x"\n'
+                               f'output o = session "x {{{fits}}}"\n', inputs={fits: "v"})
+        assert started["run_id"]

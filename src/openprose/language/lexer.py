@@ -57,6 +57,8 @@ class Token:
 
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:-[A-Za-z_][A-Za-z0-9_]*)*")
+#: The longest name: names become file names and keys of the run's state.
+MAX_NAME = 128
 NUMBER_RE = re.compile(r"\d+(?:\.\d+)?")
 QUOTES_RE = re.compile(r'"+')
 SPACE_RE = re.compile(r"[ \t\f]+")
@@ -148,6 +150,10 @@ class Lexer:
                 text = NAME_RE.match(self.src, self.pos).group()  # type: ignore[union-attr]
                 self.advance(len(text))
                 self.emit(T.NAME, text, self.span_from(line, col))
+                if len(text) > MAX_NAME:
+                    self.error("E005", f"the name '{text[:40]}...' is longer than {MAX_NAME} "
+                               "characters (names become file names of the run's state)",
+                               self.span_from(line, col))
             else:
                 self.lex_operator()
         self.finish()

@@ -7,10 +7,10 @@ import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 
+from openprose.language.lexer import MAX_NAME
 from openprose.paths import PathOutside, PathRefused, contained
 from openprose.state.errors import InvalidNameError, PathEscapeError
 
-MAX_NAME = 128
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 SLUG_RE = re.compile(r"^@?[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[a-z0-9]{6}$")
