@@ -76,10 +76,28 @@ def contained(raw: str | os.PathLike[str], roots: Sequence[Path], *, base: Path,
         raise PathOutside(f"{what} {text!r} is outside {within + ' ' if within else ''}"
                           f"{allowed}{resolves}")
     for other in excluded:
-        if resolved.is_relative_to(other.resolve()):
+        if resolved.is_relative_to(other.resolve()) or inside_by_identity(resolved, other):
             raise PathOutside(f"{what} {text!r} is inside {other}, which holds the project's "
                               f"own records{resolves}")
     return resolved
+
+
+def inside_by_identity(path: Path, directory: Path) -> bool:
+    """Whether ``path`` lies in ``directory`` by identity of files, not spelling: on a file
+    system that ignores case ``.PROSE/x`` is in ``.prose``, and a bind mount or a second
+    name of the directory leads into it too."""
+    try:
+        wanted = os.stat(directory)
+    except OSError:
+        return False
+    for parent in (path, *path.parents):
+        try:
+            found = os.stat(parent)
+        except OSError:
+            continue
+        if (found.st_dev, found.st_ino) == (wanted.st_dev, wanted.st_ino):
+            return True
+    return False
 
 
 def regular_file(path: Path, what: str) -> os.stat_result:

@@ -3,6 +3,9 @@ each test is an attempt that once crashed the server or got through."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -197,3 +200,40 @@ async def test_a_name_longer_than_state_keeps_is_a_compile_error(root, era):
         started = await h.call("start_run", program=f'input {fits}: "x"\n'
                                f'output o = session "x {{{fits}}}"\n', inputs={fits: "v"})
         assert started["run_id"]
+
+
+# ------------------------------------------------------------------ .prose by another name
+
+CHECK_SCRIPT = """\
+import sys
+from pathlib import Path
+from openprose.paths import PathOutside, contained
+project = Path(sys.argv[1])
+try:
+    contained("alias/agents/keeper/memory.md", [project], base=project, what="script",
+              excluded=[project / ".prose"])
+except PathOutside as err:
+    print("refused:", err)
+else:
+    print("accepted")
+"""
+
+
+def test_prose_reached_by_another_name_is_still_excluded(tmp_path):
+    """The state directory was excluded by spelling: on a file system that ignores case
+    (macOS's default) `.PROSE/agents/keeper/memory.md` was a script a client could name.
+    Here another name for the same directory (a bind mount, in a user namespace) stands in
+    for the other spelling."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) to bind-mount a second name of .prose")
+    project = tmp_path / "project"
+    (project / ".prose" / "agents" / "keeper").mkdir(parents=True)
+    (project / ".prose" / "agents" / "keeper" / "memory.md").write_text("call_log: /x\n")
+    (project / "alias").mkdir()
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", 'mount --bind "$1/.prose" "$1/alias" && '
+         'exec "$2" -c "$3" "$1"', "sh", str(project), sys.executable, CHECK_SCRIPT],
+        capture_output=True, text=True, timeout=60)
+    if "mount" in done.stderr or "unshare" in done.stderr:
+        pytest.skip(f"cannot bind-mount in a user namespace here: {done.stderr.strip()}")
+    assert done.stdout.startswith("refused:"), done.stdout + done.stderr

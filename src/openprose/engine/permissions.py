@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from openprose.paths import PathRefused, checked_text
+from openprose.paths import PathRefused, checked_text, inside_by_identity
 
 MODES = ("allow", "deny", "prompt")
 #: Settings (environment or ``.prose/.env``) that give the user's consent up front.
@@ -192,7 +192,7 @@ class Gate:
         patterns = self.write_patterns if write else self.read_patterns
         state = root / STATE_DIR
         in_state = _within(real, state) or _within(lexical, state) or \
-            _same_dir_inside(real, state)
+            inside_by_identity(real, state)
         if not write and (not in_state or _within(real, state / SKILL_CACHE)):
             # a skill's folder may hold the project (a repository that is a skill): its
             # .prose/ stays closed, but for the skills fetched into .prose's cache
@@ -202,7 +202,7 @@ class Gate:
         if in_state:
             rule = f"{STATE_DIR}/ is never {'writable' if write else 'readable'} by a session"
             return self._refuse(rule, path, f"{verb} {path}"), None
-        if write and (_within(real, root / GIT_DIR) or _same_dir_inside(real, root / GIT_DIR)) \
+        if write and (_within(real, root / GIT_DIR) or inside_by_identity(real, root / GIT_DIR)) \
                 and not any(Path(p.base).is_relative_to(root / GIT_DIR) for p in patterns):
             rule = f"{GIT_DIR}/ is writable only when a write: pattern names it"
             return self._refuse(rule, path, f"{verb} {path}"), None
@@ -390,23 +390,6 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
 
 def _within(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
-
-
-def _same_dir_inside(path: Path, directory: Path) -> bool:
-    """Whether ``path`` lies in ``directory`` by identity of files, not spelling (a file
-    system that ignores case makes ``.PROSE/x`` the state directory)."""
-    try:
-        wanted = os.stat(directory)
-    except OSError:
-        return False
-    for parent in (path, *path.parents):
-        try:
-            found = os.stat(parent)
-        except OSError:
-            continue
-        if (found.st_dev, found.st_ino) == (wanted.st_dev, wanted.st_ino):
-            return True
-    return False
 
 
 def _linked_elsewhere(path: Path) -> bool:
