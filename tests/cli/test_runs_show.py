@@ -169,3 +169,16 @@ def test_a_big_run_is_summarized_not_listed(project: Project) -> None:
     fits(shown)
     assert 'session "Step" ×300' in shown and "300 complete" in shown
     assert len(shown.splitlines()) < 40
+
+
+def test_show_of_a_binding_in_an_execution_past_the_databases_is_refused(
+        project: Project) -> None:
+    """`prose show RUN name@99999999999999999999999` ended in an OverflowError traceback on
+    SQLite."""
+    result = project.run('input topic: "t"\noutput o = session "x {topic}"\n', "default_output: ok\n",
+                         "--input", "topic=t")
+    run_id = run_id_of(result)
+    shown = project.prose("show", run_id, "topic@99999999999999999999999", "--project",
+                          str(project.root), "--state", project.backend)
+    assert shown.exit_code == 1 and "Traceback" not in shown.output
+    assert "is not an integer from 0 to" in shown.stderr

@@ -237,3 +237,17 @@ def test_prose_reached_by_another_name_is_still_excluded(tmp_path):
     if "mount" in done.stderr or "unshare" in done.stderr:
         pytest.skip(f"cannot bind-mount in a user namespace here: {done.stderr.strip()}")
     assert done.stdout.startswith("refused:"), done.stdout + done.stderr
+
+
+# ------------------------------------------------------------------ execution ids
+
+async def test_an_execution_id_past_what_databases_keep_is_refused_not_crashed(root):
+    """prose://runs/ID/bindings/topic@99999999999999999999999 on a SQLite run crashed
+    ('Error creating resource from template': the driver's OverflowError)."""
+    async with Client(create_server(root, home=root / "home", watch=False)) as client:
+        started = await client.call_tool("start_run", {
+            "program": "p.prose", "inputs": {"topic": "tides"}, "backend": "sqlite"})
+        run_id = started.structured_content["run_id"]
+        for eid in ("9223372036854775808", "99999999999999999999999"):
+            with pytest.raises(MCPError, match="is not an integer from 0 to "):
+                await client.read_resource(f"prose://runs/{run_id}/bindings/topic@{eid}")

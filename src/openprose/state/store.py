@@ -74,13 +74,18 @@ def _new_token(kind: str) -> str:
     return f"{kind}_{secrets.token_urlsafe(24)}"
 
 
+#: The largest execution id: SQLite's and PostgreSQL's integers end there.
+MAX_EXECUTION_ID = 2**63 - 1
+
+
 def _check_ref(ref: BindingRef, what: str = "name", *, new: bool = False) -> None:
     """A binding's name and execution id both become part of its path or key (``new``: a
     name about to be written, held to the stricter rule of names bindings get)."""
     (check_new_binding_name if new else check_name)(ref.name, what)
     eid = ref.execution_id
-    if eid is not None and (type(eid) is not int or eid < 0):
-        raise InvalidNameError(f"execution id {eid!r} of '{ref.name}' is not an integer >= 0")
+    if eid is not None and (type(eid) is not int or not 0 <= eid <= MAX_EXECUTION_ID):
+        raise InvalidNameError(f"execution id {eid!r} of '{ref.name}' is not an integer from 0 "
+                               f"to {MAX_EXECUTION_ID} (the largest the databases keep)")
 
 
 Renderer = Callable[["Run", StateSnapshot], str]
@@ -206,6 +211,7 @@ class StateStore:
 
     def stored_binding(self, run_id: str, ref: BindingRef) -> Binding | None:
         """One binding of a run, read without opening the run."""
+        _check_ref(ref)
         return self.backend.get_binding(run_id, ref)
 
     def segment_count(self, run_id: str, agent: AgentRef) -> int:
