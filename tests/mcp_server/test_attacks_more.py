@@ -251,3 +251,18 @@ async def test_an_execution_id_past_what_databases_keep_is_refused_not_crashed(r
         for eid in ("9223372036854775808", "99999999999999999999999"):
             with pytest.raises(MCPError, match="is not an integer from 0 to "):
                 await client.read_resource(f"prose://runs/{run_id}/bindings/topic@{eid}")
+
+
+# ------------------------------------------------------------------ wrong types
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_argument_of_the_wrong_type_is_refused_in_one_line_per_argument(root, era):
+    """A wrong type got pydantic's report: the arguments model's name, the rejected value
+    and a link to pydantic's documentation, several lines per argument."""
+    async with host(root, era, watch=False) as h:
+        text = await h.refused("start_run", program="p.prose", backend="mysql",
+                               inputs={"topic": 5})
+        assert "refused (rule: arguments have the types the tool declares)" in text
+        assert "inputs.topic: Input should be a valid string" in text
+        assert "backend: Input should be 'filesystem', 'sqlite' or 'postgres'" in text
+        assert "pydantic" not in text and "Arguments" not in text and "\n" not in text

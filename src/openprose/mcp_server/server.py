@@ -25,6 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, InputRequiredResult
 from mcp_types import Tool as ToolInfo
+from pydantic import ValidationError
 
 from openprose.mcp_server import (
     prompts,
@@ -94,6 +95,15 @@ def clipped(text: str) -> str:
     return f"{text[:head]} [... {len(text) - head - tail:,} characters cut ...] {text[-tail:]}"
 
 
+def mistyped(tool: str, error: ValidationError) -> str:
+    """A refusal naming each argument of the wrong type and what it should be (pydantic's
+    own report adds the model's name and a link to its documentation)."""
+    problems = "; ".join(f"{'.'.join(str(part) for part in item['loc']) or 'arguments'}: "
+                         f"{item['msg']}" for item in error.errors())
+    return (f"Error executing tool {tool}: refused (rule: arguments have the types the tool "
+            f"declares): {problems}")
+
+
 def _encodes(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -121,9 +131,11 @@ class ProseServer(MCPServer):
                         ) -> CallToolResult | InputRequiredResult:
         try:
             return await self._checked_call(name, arguments, context)
-        except ToolError as exc:  # a refusal quoting a megabyte argument is no clearer
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):  # pydantic's report, in our words
+                exc.args = (mistyped(name, exc.__cause__),)
             text = str(exc)
-            if len(text) > MAX_ERROR_CHARS:
+            if len(text) > MAX_ERROR_CHARS:  # a refusal quoting a megabyte argument
                 exc.args = (clipped(text),)
             raise
 
