@@ -109,6 +109,9 @@ class Analysis:
     definitions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: name → paths of the statements that read it (names, interpolations, agents, calls)
     references: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: path → the construct whose body or branches run under it (``let x = parallel:`` is
+    #: the parallel; a pipeline stage ``9.p0`` its stage): what a key's ``[i]``/``|b`` is of
+    constructs: dict[str, n.Node] = field(default_factory=dict)
     program: n.Program | None = field(default=None, repr=False)
     _outputs: frozenset[int] = field(default=frozenset(), init=False, repr=False)
 
@@ -140,7 +143,7 @@ def analyze(program: n.Program, source: str) -> Analysis:
                     {name: agent_settings(a) for name, a in program.agents.items()},
                     {name: Block(b.name, b.params, b.depth_limit)
                      for name, b in program.blocks.items()},
-                    *_symbols(statements), program)
+                    *_symbols(statements), walker.constructs, program)
 
 
 def program_outputs(statements: Any) -> tuple[str, ...]:
@@ -214,6 +217,7 @@ class _Statements(NodeVisitor):
     def __init__(self, lines: list[str]) -> None:
         self.lines = lines
         self.out: dict[str, Statement] = {}
+        self.constructs: dict[str, n.Node] = {}
 
     def source(self, node: n.Node) -> str:
         return "\n".join(self.lines[node.span.line - 1: node.span.end_line])
@@ -314,6 +318,7 @@ class _Statements(NodeVisitor):
             options = tuple(o.label.text for o in node.options)
         self.add(sid, kind, whole, block, parent, binds=binds, binding_kind=binding_kind,
                  judged=judged, options=options)
+        self.constructs[sid] = node
         self.children(node, sid, block)
 
     def children(self, node: n.Node, sid: str, block: str | None) -> None:
@@ -340,6 +345,7 @@ class _Statements(NodeVisitor):
                 self.body(option.body, child(sid, f"o{i}"), block, sid)
         elif isinstance(node, n.Pipeline):
             for k, op in enumerate(node.ops):
+                self.constructs[child(sid, f"p{k}")] = op
                 self.body(op.body, child(sid, f"p{k}"), block, sid)
 
 

@@ -15,13 +15,13 @@ from functools import lru_cache
 from openprose.language import compile as compile_program
 from openprose.language import nodes as n
 from openprose.language import paths
+from openprose.language.analysis import Analysis, Statement, analyze
 
 #: A step another driver records under its namespace: ``<ns>:<statement id>@<frame>#<n>`` for
 #: the n-th session of a statement in one frame, ``...?<round>`` for a verdict (the MCP
 #: server's embodied runs). A statement id is a path without iterations; a block's body is
 #: named by the block (``review.0``). Other namespaced keys (``mcp:driver``) are not steps.
 _DRIVER_STEP = re.compile(r"[a-z]+:([^:@]+)@\d+[#?]\d+")
-_LABEL = re.compile(r"([a-z]+)(\d*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,111 +38,77 @@ class Enclosing:
 
 @dataclass(frozen=True, slots=True)
 class Placed:
-    node: n.Node | None
+    """The lines of the statement a key names (0: none) and the constructs around it."""
+
+    line: int
+    end_line: int
     enclosing: tuple[Enclosing, ...]
-
-    @property
-    def line(self) -> int:
-        return self.node.span.line if self.node is not None else 0
-
-    @property
-    def end_line(self) -> int:
-        return self.node.span.end_line if self.node is not None else 0
 
 
 class ProgramMap:
-    """Resolve journal keys of one program (compiled once; keys are cached)."""
+    """Resolve journal keys of one program (compiled and analysed once; keys are cached)."""
 
     def __init__(self, source: str, file: str | None = None) -> None:
         result = compile_program(source, file)
         self.program = result.program
-        self.blocks = {} if self.program is None else {
-            s.name: s for s in self.program.body if isinstance(s, n.BlockDef)}
+        self.analysis: Analysis | None = (None if self.program is None
+                                          else analyze(self.program, source))
+        #: every static path a body or branch starts at (``6.b0``, ``9.p0``, ``4|1``)
+        self._bodies = set() if self.analysis is None else {
+            prefix for sid in self.analysis.statements
+            for _kind, _value, prefix in paths.tokens(sid) if prefix}
         self._placed: dict[str, Placed] = {}
 
     def place(self, key: str) -> Placed:
         found = self._placed.get(key)
         if found is None:
-            found = self._placed[key] = self._walk(key)
+            found = self._placed[key] = self._resolve(key)
         return found
 
-    def _walk(self, key: str) -> Placed:
-        if self.program is None:
-            return Placed(None, ())
-        node: n.Node | None = self.program
-        body: tuple[n.Node, ...] | None = self.program.body
+    def _resolve(self, key: str) -> Placed:
+        """Read ``key`` against the analysis: its runtime parts become the constructs around
+        the step, what remains is the statement's static path."""
+        if self.analysis is None:
+            return Placed(0, 0, ())
+        statements, constructs = self.analysis.statements, self.analysis.constructs
+        path = ""  # the static path read so far
+        statement: Statement | None = None
         enclosing: list[Enclosing] = []
         for kind, value, prefix in paths.tokens(key):
-            target = _unwrap(node)
-            if kind == "iteration":
-                enclosing.append(Enclosing("iteration", prefix, target, int(value)))
-                body = getattr(target, "body", None)
-                body = body if isinstance(body, tuple) else None
-            elif kind == "branch":
-                branches = getattr(target, "branches", ())
-                index = int(value)
-                enclosing.append(Enclosing("branch", prefix, target, index))
-                node = branches[index] if index < len(branches) else None
-                body = None
+            if kind in ("iteration", "branch"):
+                enclosing.append(Enclosing(kind, prefix, constructs.get(path), int(value)))
+                if kind == "branch":
+                    path = paths.branch(path, int(value))
+                    statement = statements.get(path)
             elif kind == "call":
-                block = self.blocks.get(value)
-                enclosing.append(Enclosing("call", prefix, node, name=value))
-                if block is None:  # an imported program: its steps are its own run's
-                    return Placed(node, tuple(enclosing))
-                body = block.body
+                enclosing.append(Enclosing("call", prefix, statement and statement.node,
+                                           name=value))
+                if value not in self.analysis.blocks:  # an imported program: its own run's
+                    break
+                path = value
             elif kind == "step":
-                node, body = _step(node, body, value)
-            if node is None:
+                step = paths.child(path, value)
+                if step in statements:
+                    path, statement = step, statements[step]
+                elif step in self._bodies:
+                    path = step
+                elif value.isdigit():  # no such statement
+                    statement = None
+                # else an expression inside the statement: the statement stands for it
+            if statement is None and kind in ("branch", "step"):
                 break
-        return Placed(node, tuple(enclosing))
+        if statement is None:
+            return Placed(0, 0, tuple(enclosing))
+        return Placed(statement.line, _end_line(statement, statements), tuple(enclosing))
 
 
-def _unwrap(node: n.Node | None) -> n.Node | None:
-    """The construct a statement stands for (``let x = parallel: ...`` is the parallel)."""
-    while True:
-        if isinstance(node, n.Let | n.Output | n.Assign):
-            node = node.value
-        elif isinstance(node, n.ExprStmt):
-            node = node.expr
-        elif isinstance(node, n.Branch):
-            node = node.body
-        else:
-            return node
-
-
-def _step(node: n.Node | None, body: tuple[n.Node, ...] | None, step: str
-          ) -> tuple[n.Node | None, tuple[n.Node, ...] | None]:
-    if step.isdigit():
-        if body is None:
-            inner = getattr(_unwrap(node), "body", None)
-            body = inner if isinstance(inner, tuple) else None
-        index = int(step)
-        if body is None or index >= len(body):
-            return None, None
-        return body[index], None
-    label, number = _LABEL.fullmatch(step).groups()  # type: ignore[union-attr]
-    target = _unwrap(node)
-    i = int(number) if number else 0
-    try:
-        if isinstance(target, n.If):
-            if label == "if":
-                return target.branches[i], None
-            if label == "b":
-                return target, target.branches[i].body
-            if label == "else":
-                return target, target.else_body
-        if isinstance(target, n.Choice) and label == "o":
-            return target.options[i], target.options[i].body
-        if isinstance(target, n.Try) and label in ("try", "catch", "finally"):
-            return target, {"try": target.body, "catch": target.catch_body,
-                            "finally": target.finally_body}[label]
-        if isinstance(target, n.Arrow) and label == "s":
-            return target.steps[i], None
-        if isinstance(target, n.Pipeline) and label == "p":
-            return target.ops[i], None
-    except IndexError:
-        return None, None
-    return node, None  # an expression inside the statement: the statement stands for it
+def _end_line(statement: Statement, statements: dict[str, Statement]) -> int:
+    """A condition stands for its whole branch: the condition and the body under it."""
+    if statement.kind != "condition" or statement.parent is None:
+        return statement.end_line
+    body = paths.child(statement.parent, "b" + statement.id.rsplit(".if", 1)[1]) + "."
+    return max([statement.end_line, *(s.end_line for s in statements.values()
+                                      if s.id.startswith(body))])
 
 
 def driver_path(key: str) -> str | None:
