@@ -13,9 +13,10 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from openprose.language import nodes as n
+from openprose.language.analysis import NodeVisitor
 from openprose.state.models import StatementStatus, StateSnapshot
 from openprose.state.program_map import program_map
 from openprose.state.view import BindingInfo, RunView, Step, view_of_run
@@ -97,13 +98,12 @@ def _line_notes(view: RunView) -> dict[int, str]:
 
 
 def _next_line(view: RunView, last: int) -> int | None:
-    program = program_map(view.source).program
-    if program is None or view.finished:
+    analysis = program_map(view.source).analysis
+    if analysis is None or view.finished:
         return None
-    for statement in program.body:
-        if statement.span.line > last and not isinstance(statement, n.BlockDef | n.AgentDef):
-            return statement.span.line
-    return None
+    return next((s.line for s in analysis.statements.values()
+                 if s.parent is None and s.block is None and s.line > last
+                 and s.kind not in ("block", "agent")), None)
 
 
 def render_trace(view: RunView) -> str:
@@ -182,14 +182,8 @@ def _loop(view: RunView, key: str, node: n.Node) -> list[str]:
             started.add(int(match.group(1)))
             if step.status == "executing":
                 running.add(int(match.group(1)))
-    limit = _limit(node)
+    label, limit = _Iterated().visit(node)
     of = f" of {limit}" if limit is not None else ""
-    label = type(node).__name__
-    if isinstance(node, n.Loop) and node.mode and node.condition is not None:
-        text = getattr(node.condition, "text", "")
-        label = f"Loop {node.mode} **{_short(text, 40)}**" if text else f"Loop {node.mode}"
-    elif isinstance(node, n.For):
-        label = "Parallel for" if node.parallel else "For"
     current = max(started, default=0) + 1
     if len(running) > 1:
         where = f"{len(running)} iterations in flight, {len(started)}{of} started"
@@ -198,14 +192,28 @@ def _loop(view: RunView, key: str, node: n.Node) -> list[str]:
     return [f"- {label} ({_lines_of(node)}): {where}"]
 
 
-def _limit(node: n.Node) -> int | None:
-    if isinstance(node, n.Loop):
-        return node.max
-    if isinstance(node, n.Repeat) and isinstance(node.count, n.Number):
-        return int(node.count.value)
-    if isinstance(node, n.For) and isinstance(node.collection, n.Array):
-        return len(node.collection.items)
-    return None
+class _Iterated(NodeVisitor):
+    """How ``state.md`` names a construct a run iterates, and its iteration count when the
+    program text gives it (None otherwise)."""
+
+    def visit_Loop(self, node: n.Loop) -> tuple[str, int | None]:
+        label = "Loop"
+        if node.mode and node.condition is not None:
+            text = getattr(node.condition, "text", "")
+            label = f"Loop {node.mode} **{_short(text, 40)}**" if text else f"Loop {node.mode}"
+        return label, node.max
+
+    def visit_Repeat(self, node: n.Repeat) -> tuple[str, int | None]:
+        count = node.count
+        return "Repeat", int(count.value) if isinstance(count, n.Number) else None
+
+    def visit_For(self, node: n.For) -> tuple[str, int | None]:
+        items = node.collection
+        return ("Parallel for" if node.parallel else "For",
+                len(items.items) if isinstance(items, n.Array) else None)
+
+    def generic_visit(self, node: n.Node, *args: Any, **kwargs: Any) -> tuple[str, int | None]:
+        return type(node).__name__, None
 
 
 def _binding_rows(bindings: list[BindingInfo]) -> list[str]:
