@@ -94,3 +94,14 @@ def test_a_diagnostic_shows_the_line_with_its_control_characters_blanked(
     result = project.prose("compile", str(project.root / "c.prose"))
     no_sequence_of_the_run(result.stdout + result.stderr)
     assert "\ufffd" in result.stdout + result.stderr
+
+
+def test_update_shows_a_cloned_folder_name_with_its_control_characters_written_out(
+        tmp_path: Path) -> None:
+    """A repository's .prose/execution/ can hold a folder whose name is an escape sequence:
+    prose update printed it as it was."""
+    (tmp_path / ".prose" / "execution" / f"run{EVIL[:20]}").mkdir(parents=True)
+    result = Project(tmp_path, "filesystem").prose("update", "--dry-run", "--project",
+                                                   str(tmp_path))
+    no_sequence_of_the_run(result.stdout + result.stderr)
+    assert "would move .prose/execution/run\\x1b]52" in result.stdout

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from openprose.cli.common import console, emit_json, fail, json_option, project_option
+from openprose.cli.common import console, emit_json, fail, json_option, plain, project_option
+from openprose.terminal import printable
 
 
 @click.command("update")
@@ -43,8 +44,8 @@ def update_command(dry_run: bool, as_json: bool, project: Path) -> None:
         elif not report.changes and not report.problems:
             out.print("nothing to update: .prose/ is current")
         for change in report.changes:
-            out.print(change.describe(dry_run=dry_run), overflow="fold")
+            out.print(plain(change.describe(dry_run=dry_run)), overflow="fold")
         for problem in report.problems:
-            click.echo(f"prose update: {problem}", err=True)
+            click.echo(f"prose update: {printable(problem)}", err=True)
     if report.problems:
         raise SystemExit(1)
