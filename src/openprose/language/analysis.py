@@ -218,6 +218,7 @@ class _Statements(NodeVisitor):
         self.lines = lines
         self.out: dict[str, Statement] = {}
         self.constructs: dict[str, n.Node] = {}
+        self.bodies = _Bodies(self)
 
     def source(self, node: n.Node) -> str:
         return "\n".join(self.lines[node.span.line - 1: node.span.end_line])
@@ -319,34 +320,53 @@ class _Statements(NodeVisitor):
         self.add(sid, kind, whole, block, parent, binds=binds, binding_kind=binding_kind,
                  judged=judged, options=options)
         self.constructs[sid] = node
-        self.children(node, sid, block)
+        self.bodies.visit(node, sid, block)
 
-    def children(self, node: n.Node, sid: str, block: str | None) -> None:
-        if isinstance(node, n.Parallel):
-            for i, branch_node in enumerate(node.branches):
-                self.visit(branch_node, paths.branch(sid, i), block, sid)
-        elif isinstance(node, n.Repeat | n.For | n.Loop | n.DoBlock):
-            self.body(node.body, sid, block, sid)
-        elif isinstance(node, n.Try):
-            self.body(node.body, child(sid, "try"), block, sid)
-            if node.catch_body is not None:
-                self.body(node.catch_body, child(sid, "catch"), block, sid)
-            if node.finally_body is not None:
-                self.body(node.finally_body, child(sid, "finally"), block, sid)
-        elif isinstance(node, n.If):
-            for i, branch in enumerate(node.branches):
-                self.add(child(sid, f"if{i}"), "condition", branch.condition, block, sid,
-                         judged=_judged(branch.condition))
-                self.body(branch.body, child(sid, f"b{i}"), block, sid)
-            if node.else_body is not None:
-                self.body(node.else_body, child(sid, "else"), block, sid)
-        elif isinstance(node, n.Choice):
-            for i, option in enumerate(node.options):
-                self.body(option.body, child(sid, f"o{i}"), block, sid)
-        elif isinstance(node, n.Pipeline):
-            for k, op in enumerate(node.ops):
-                self.constructs[child(sid, f"p{k}")] = op
-                self.body(op.body, child(sid, f"p{k}"), block, sid)
+
+
+class _Bodies(NodeVisitor):
+    """Collects the statements of a construct's bodies, each under its path label (a
+    construct without bodies, such as a block call, has none)."""
+
+    def __init__(self, walker: _Statements) -> None:
+        self.walker = walker
+
+    def visit_Parallel(self, node: n.Parallel, sid: str, block: str | None) -> None:
+        for i, branch_node in enumerate(node.branches):
+            self.walker.visit(branch_node, paths.branch(sid, i), block, sid)
+
+    def visit_Loop(self, node: n.Repeat | n.For | n.Loop | n.DoBlock, sid: str,
+                   block: str | None) -> None:
+        self.walker.body(node.body, sid, block, sid)
+
+    visit_Repeat = visit_For = visit_DoBlock = visit_Loop
+
+    def visit_Try(self, node: n.Try, sid: str, block: str | None) -> None:
+        self.walker.body(node.body, child(sid, "try"), block, sid)
+        if node.catch_body is not None:
+            self.walker.body(node.catch_body, child(sid, "catch"), block, sid)
+        if node.finally_body is not None:
+            self.walker.body(node.finally_body, child(sid, "finally"), block, sid)
+
+    def visit_If(self, node: n.If, sid: str, block: str | None) -> None:
+        for i, branch in enumerate(node.branches):
+            self.walker.add(child(sid, f"if{i}"), "condition", branch.condition, block, sid,
+                            judged=_judged(branch.condition))
+            self.walker.body(branch.body, child(sid, f"b{i}"), block, sid)
+        if node.else_body is not None:
+            self.walker.body(node.else_body, child(sid, "else"), block, sid)
+
+    def visit_Choice(self, node: n.Choice, sid: str, block: str | None) -> None:
+        for i, option in enumerate(node.options):
+            self.walker.body(option.body, child(sid, f"o{i}"), block, sid)
+
+    def visit_Pipeline(self, node: n.Pipeline, sid: str, block: str | None) -> None:
+        for k, op in enumerate(node.ops):
+            self.walker.constructs[child(sid, f"p{k}")] = op
+            self.walker.body(op.body, child(sid, f"p{k}"), block, sid)
+
+    def generic_visit(self, node: n.Node, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 _COMPOUND = {n.Parallel: "parallel", n.Repeat: "repeat", n.Try: "try", n.If: "if",
