@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import selectors
 import time
 
 import pytest
@@ -48,19 +49,52 @@ def test_window_starts_the_next_branch_after_the_refill_delay():
     assert started[2] - first_free >= 0.05 and started[3] - first_free >= 0.05
 
 
+class _JumpingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """A selector whose clock moves only when the loop would wait: it jumps to the next
+    timer. Timers then fire in the order of their deadlines whatever the machine's speed."""
+
+    clock = 0.0
+
+    def select(self, timeout: float | None = None) -> list:
+        ready = super().select(0)
+        if ready or timeout is None:
+            return ready or super().select(None)
+        self.clock += max(timeout, 0.0)
+        return []
+
+
+class _VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop on :class:`_JumpingSelector`'s clock."""
+
+    def __init__(self) -> None:
+        self.selector = _JumpingSelector()
+        super().__init__(self.selector)
+
+    def time(self) -> float:
+        return self.selector.clock
+
+
 def test_no_branch_starts_once_a_join_has_failed():
     """Branch 0 ends and schedules a refill; branch 1 fails before the refill is due, and
-    the refill comes due while branch 2 is still being cancelled."""
+    the refill comes due while branch 2 is still being cancelled. On the loop's virtual
+    clock that is the deadlines' order however slow the machine: here the process stalls
+    longer than the refill delay right after the refill is scheduled (on wall-clock time
+    the refill then came due with branch 1's failure, and started branch 3)."""
     started: dict[int, float] = {}
     cancelled: list[int] = []
+
+    def refill_delay() -> float:
+        asyncio.get_running_loop().call_soon(time.sleep, 0.06)  # a loaded machine's stall
+        return 0.05
 
     async def main():
         with pytest.raises(ParallelFailed):
             await join(_branches([0.005, 0.02, 1, 1, 1], started, fail=1, cleanup=0.1),
-                       window=3, refill_delay=lambda: 0.05, on_cancel=cancelled.append)
+                       window=3, refill_delay=refill_delay, on_cancel=cancelled.append)
         await asyncio.sleep(0.1)
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=_VirtualTimeLoop) as runner:
+        runner.run(main())
     assert sorted(started) == [0, 1, 2]
     assert sorted(cancelled) == [2, 3, 4]
 
