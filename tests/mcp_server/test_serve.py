@@ -73,7 +73,7 @@ class Served:
 
     def stop(self, signum: int = signal.SIGTERM) -> tuple[int, str]:
         self.process.send_signal(signum)
-        _, rest = self.process.communicate(timeout=20)
+        _, rest = self.process.communicate(timeout=120)
         return self.process.returncode, "".join(self.stderr) + rest.decode()
 
 
@@ -216,7 +216,7 @@ def test_stdio_stops_cleanly_on_a_signal(project: Path, signum: int) -> None:
     process.stdin.flush()
     assert b'"protocolVersion"' in process.stdout.readline()
     process.send_signal(signum)  # stdin stays open: the stop must not wait for a read
-    _, stderr = process.communicate(timeout=20)
+    _, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signum
     assert b"Traceback" not in stderr
 
@@ -231,7 +231,7 @@ def test_stdio_ends_when_the_client_closes_the_pipe(project: Path) -> None:
     assert b'"protocolVersion"' in process.stdout.readline()
     process.stdin.close()
     process.stdin = None  # communicate() must not flush the closed pipe
-    rest, stderr = process.communicate(timeout=20)
+    rest, stderr = process.communicate(timeout=120)
     assert process.returncode == 0
     assert rest == b""  # nothing but protocol messages on stdout
     assert b"Traceback" not in stderr
