@@ -65,16 +65,9 @@ class SamplingProvider(Provider):
         if self.tools and request.work is not None:
             return await self._work_session(request, io)
         brief = briefs.brief_of(request)
-        parts = [briefs.task_text(brief, SESSION_TOOLS)]
-        if request.context:
-            parts.append("Context:\n" + inline_context(request.context))
-        if request.memory:
-            parts.append("Your memory from earlier sessions:\n" + request.memory)
-        text = await self._sample("\n\n".join(parts), briefs.system_text(brief, SESSION_TOOLS),
-                                  self.max_tokens)
-        if request.persistent:
-            io.write_memory(f"{request.memory or ''}\n- {request.prompt[:200]}".strip())
-        return SessionResult(text, Usage(), text[:200])
+        text = await self._sample(session_text(request, brief),
+                                  briefs.system_text(brief, SESSION_TOOLS), self.max_tokens)
+        return finished(request, io, text)
 
     async def _work_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:
         """A session whose model works on the project: the client's model calls the work
@@ -83,25 +76,18 @@ class SamplingProvider(Provider):
         work = request.work
         assert work is not None
         brief = briefs.brief_of(request)
-        parts = [briefs.task_text(brief, SESSION_TOOLS)]
-        if request.context:
-            parts.append("Context:\n" + inline_context(request.context))
-        if request.memory:
-            parts.append("Your memory from earlier sessions:\n" + request.memory)
         tools = [Tool(name=d["name"], description=d.get("description"),
                       input_schema=d["input_schema"]) for d in work.definitions()]
         system = briefs.system_text(brief, SESSION_TOOLS) + "\n" + WORK_NOTE
         messages = [SamplingMessage(role="user", content=TextContent(
-            type="text", text="\n\n".join(parts)))]
+            type="text", text=session_text(request, brief)))]
         for _ in range(MAX_TURNS):
             result = await self._create(messages, system, self.max_tokens, tools)
             blocks = result.content if isinstance(result.content, list) else [result.content]
             uses = [block for block in blocks if isinstance(block, ToolUseContent)]
             if not uses:
                 text = "".join(b.text for b in blocks if isinstance(b, TextContent)).strip()
-                if request.persistent:
-                    io.write_memory(f"{request.memory or ''}\n- {request.prompt[:200]}".strip())
-                return SessionResult(text, Usage(), text[:200])
+                return finished(request, io, text)
             messages.append(SamplingMessage(role="assistant", content=blocks))
             answers = []
             for use in uses:
@@ -176,3 +162,21 @@ def read_verdict(reply: str, options: tuple[str, ...]) -> tuple[bool | str, str]
     if word and word[0].strip(".,!") in ("false", "no"):
         return False, reason
     raise ProviderError(f"the client's model gave no true/false verdict: {text[:80]!r}")
+
+
+def session_text(request: SessionRequest, brief: briefs.Brief) -> str:
+    """A sampled session's one user message: the task, then its context and memory inlined
+    (the client's model cannot read the run's state)."""
+    parts = [briefs.task_text(brief, SESSION_TOOLS)]
+    if request.context:
+        parts.append("Context:\n" + inline_context(request.context))
+    if request.memory:
+        parts.append("Your memory from earlier sessions:\n" + request.memory)
+    return "\n\n".join(parts)
+
+
+def finished(request: SessionRequest, io: SessionIO, text: str) -> SessionResult:
+    """A sampled session's answer as its result; a persistent agent's memory notes the task."""
+    if request.persistent:
+        io.write_memory(f"{request.memory or ''}\n- {request.prompt[:200]}".strip())
+    return SessionResult(text, Usage(), text[:200])
