@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.hosts.local_http import JSONHandler, LoopbackServer
 
 Block = dict[str, Any]
 
@@ -92,7 +92,7 @@ def _stream(reply: Reply, model: str) -> bytes:
 
 
 @dataclass
-class FakeMessagesAPI:
+class FakeMessagesAPI(LoopbackServer):
     """Serve ``policy`` on 127.0.0.1; every request body is kept in ``requests``."""
 
     policy: Policy
@@ -102,11 +102,9 @@ class FakeMessagesAPI:
     def __post_init__(self) -> None:
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(JSONHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 if self.path.startswith("/v1/messages/count_tokens"):
                     self._send(200, "application/json", json.dumps({"input_tokens": 100}).encode())
                     return
@@ -126,28 +124,4 @@ class FakeMessagesAPI:
                                "usage": {"input_tokens": 10, "output_tokens": 5}}
                     self._send(200, "application/json", json.dumps(message).encode())
 
-            def _send(self, status: int, content_type: str, data: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
-                                        daemon=True)
-        self._thread.start()
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def __enter__(self) -> FakeMessagesAPI:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.serve(Handler)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.hosts.local_http import JSONHandler, LoopbackServer
 
 Item = dict[str, Any]
 Policy = Callable[[dict], list[Item]]
@@ -53,7 +53,7 @@ def _stream(items: list[Item], model: str) -> bytes:
 
 
 @dataclass
-class FakeResponsesAPI:
+class FakeResponsesAPI(LoopbackServer):
     """Serve ``policy`` on 127.0.0.1; every request body is kept in ``requests``."""
 
     policy: Policy
@@ -63,11 +63,9 @@ class FakeResponsesAPI:
     def __post_init__(self) -> None:
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(JSONHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 if not self.path.rstrip("/").endswith("/responses"):
                     self._send(404, "application/json", b'{"error": "not found"}')
                     return
@@ -82,28 +80,4 @@ class FakeResponsesAPI:
             def do_GET(self) -> None:  # a model list, if the host asks for one
                 self._send(200, "application/json", b'{"object": "list", "data": []}')
 
-            def _send(self, status: int, content_type: str, data: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
-                                        daemon=True)
-        self._thread.start()
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def __enter__(self) -> FakeResponsesAPI:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.serve(Handler, '/v1')
