@@ -72,7 +72,8 @@ def _wal(conn: sqlite3.Connection) -> None:
             conn.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as err:
-            if getattr(err, "sqlite_errorname", "") != "SQLITE_BUSY" or \
+            # Any SQLITE_BUSY variant (BUSY_RECOVERY just after a killed writer, …).
+            if getattr(err, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY or \
                     time.monotonic() > deadline:
                 raise
         time.sleep(0.005)  # polls the other process's lock (SQLite's own handler sleeps too)
