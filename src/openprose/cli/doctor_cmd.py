@@ -166,9 +166,14 @@ def check_env_ignored(root: Path) -> Check:
                                    "repository")
     tracked = _git(root, "ls-files", "--error-unmatch", ".prose/.env")
     if tracked is not None and tracked.returncode == 0:
+        from openprose.state import untrusted_env_keys
+
+        ignored = untrusted_env_keys(root)
+        note = f"; its {', '.join(ignored)} are ignored (set them in the environment)" \
+            if ignored else ""
         return Check(".env", "fail", ".prose/.env is committed to git: its secrets are in "
-                     "the history", "git rm --cached .prose/.env, add it to .gitignore, "
-                     "and rotate the keys it held")
+                     f"the history{note}", "git rm --cached .prose/.env, add it to "
+                     ".gitignore, and rotate the keys it held")
     ignored = _git(root, "check-ignore", "-q", ".prose/.env")
     if ignored is not None and ignored.returncode == 0:
         return Check(".env", "ok", ".prose/.env is git-ignored")

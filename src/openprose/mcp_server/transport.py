@@ -31,13 +31,13 @@ from anyio.lowlevel import EventLoopToken
 from anyio.streams.memory import MemoryObjectSendStream
 
 from openprose.errors import OpenProseError
-from openprose.state.config import settings
+from openprose.state.config import MCP_TOKEN_SETTING, settings
 from openprose.state.models import MAX_VALUE_BYTES
 
 if TYPE_CHECKING:  # the SDK loads only once the settings and the port are known to be good
     from mcp.server.mcpserver import MCPServer
 
-TOKEN_SETTING = "OPENPROSE_MCP_TOKEN"
+TOKEN_SETTING = MCP_TOKEN_SETTING
 LOOPBACK = "127.0.0.1"
 MCP_PATH = "/mcp"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

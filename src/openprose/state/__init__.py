@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openprose.state.config import postgres_schema, postgres_url, read_env_file, settings
+from openprose.state.config import (
+    postgres_schema,
+    postgres_url,
+    read_env_file,
+    settings,
+    untrusted_env_keys,
+)
 from openprose.state.driver import DriverHolder, DriverLock, RunLocked
 from openprose.state.errors import (
     BackendUnavailable,
@@ -127,4 +133,5 @@ __all__ = [
     "open_store",
     "read_env_file",
     "settings",
+    "untrusted_env_keys",
 ]

@@ -5,9 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from openprose.terminal import printable
 
 
 def read_env_file(project_root: Path) -> dict[str, str]:
@@ -32,10 +36,52 @@ def read_env_file(project_root: Path) -> dict[str, str]:
     return values
 
 
+#: The bearer token ``prose serve --http`` requires.
+#: Settings that carry trust: where the model API (and with it the API key) goes, the MCP
+#: server's bearer token, and every ``OPENPROSE_ALLOW_*`` consent. A ``.prose/.env`` that git
+#: tracks came with the repository, so its author does not get to set them.
+MCP_TOKEN_SETTING = "OPENPROSE_MCP_TOKEN"
+TRUST_SETTINGS = frozenset({"ANTHROPIC_BASE_URL", MCP_TOKEN_SETTING})
+TRUST_PREFIX = "OPENPROSE_ALLOW_"
+_GIT_TIMEOUT = 5
+_warned: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def untrusted_env_keys(project_root: Path, file: Mapping[str, str] | None = None
+                       ) -> tuple[str, ...]:
+    """The trust-carrying keys of ``.prose/.env`` that are ignored because git tracks the file
+    (a cloned repository's choice, not the user's); empty when it holds none or is untracked.
+    Git runs only when the file has such a key; without git the file counts as untracked."""
+    file = read_env_file(project_root) if file is None else file
+    keys = tuple(sorted(k for k, v in file.items()
+                        if v and (k in TRUST_SETTINGS or k.startswith(TRUST_PREFIX))))
+    if not keys:
+        return ()
+    try:
+        tracked = subprocess.run(
+            ["git", "ls-files", "--error-unmatch", "--", ".prose/.env"], cwd=project_root,
+            capture_output=True, timeout=_GIT_TIMEOUT, check=False).returncode == 0
+    except OSError:  # no git (or no project directory): nothing says the file was cloned
+        return ()
+    except subprocess.TimeoutExpired:  # cannot tell: the trust settings are not taken
+        tracked = True
+    return keys if tracked else ()
+
+
 def settings(project_root: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The project's settings: the environment, overridden by non-empty ``.prose/.env``
-    values."""
+    values, except trust settings from a ``.prose/.env`` git tracks (warned about once)."""
     file = {key: value for key, value in read_env_file(project_root).items() if value}
+    ignored = untrusted_env_keys(project_root, file)
+    if ignored:
+        path = project_root / ".prose" / ".env"
+        if (str(path), ignored) not in _warned:
+            _warned.add((str(path), ignored))
+            print(f"warning: {printable(str(path))} is committed to git, so its {', '.join(ignored)} "
+                  "(settings that carry trust) are ignored; set them in the environment, or "
+                  "untrack the file (git rm --cached .prose/.env)", file=sys.stderr)
+        for key in ignored:
+            del file[key]
     return {**(os.environ if environ is None else environ), **file}
 
 
