@@ -207,3 +207,62 @@ def test_a_guided_sessions_item_token_leads_the_hook_to_its_permissions(tmp_path
     assert [(r.meta["tool"], r.meta["agent"], r.status) for r in records] == [
         ("Write", "reviewer", "refused"), ("Bash", "reviewer", "refused"),
         ("Write", "reviewer", "allowed")]
+
+
+def test_the_hook_checks_where_a_search_pattern_reaches(tmp_path):
+    """Glob's pattern and Grep's glob are resolved against the search's path like a path is:
+    an absolute pattern, one leaving the project through '..' (before or after a wildcard),
+    or one into .prose/ is refused; a pattern inside the project is left to the host. The
+    event reaches `prose hook pre-tool-use` on stdin, as Claude Code sends it."""
+    import json
+
+    project = tmp_path / "p"
+    (project / "src").mkdir(parents=True)
+    with open_store(project, "filesystem") as store:
+        run = store.create_run(PROGRAM, "review.prose")
+        [grant] = run.start_sessions([SessionStart(
+            "1", "h", BindingRef("review"), "let", "s",
+            work=grant_fields("reviewer", Permissions(), "1"))])
+    main = tmp_path / "t" / "main.jsonl"
+    (main.with_suffix("") / "subagents").mkdir(parents=True)
+    (main.with_suffix("") / "subagents" / "agent-a1.jsonl").write_text(json.dumps(
+        {"message": {"role": "user", "content": f"brief\ntoken: {grant.token}"}}) + "\n")
+
+    def verdict(tool, args):
+        event = {"session_id": "s1", "agent_id": "a1", "transcript_path": str(main),
+                 "cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": tool,
+                 "tool_input": args}
+        done = subprocess.run([str(PROSE), "hook", "pre-tool-use"], input=json.dumps(event),
+                              capture_output=True, text=True, timeout=60, check=True)
+        if not done.stdout.strip():
+            return None, ""
+        answer = json.loads(done.stdout)["hookSpecificOutput"]
+        return answer["permissionDecision"], answer["permissionDecisionReason"]
+
+    src = str(project / "src")
+    refused = [
+        ("Glob", {"pattern": "../../etc/*", "path": src}),
+        ("Glob", {"pattern": "/home/*/.ssh/*"}),
+        ("Glob", {"pattern": "~/.ssh/*"}),
+        ("Glob", {"pattern": "**/../../../etc/passwd", "path": src}),
+        ("Glob", {"pattern": "{..,x}/../*", "path": src}),
+        ("Glob", {"pattern": "{/etc,src}/*"}),
+        ("Glob", {"pattern": ".prose/*"}),
+        ("Grep", {"pattern": "secret", "glob": "../../*", "path": src}),
+        ("Grep", {"pattern": "secret", "glob": "/etc/*"}),
+    ]
+    for tool, args in refused:
+        decision, reason = verdict(tool, args)
+        assert decision == "deny", (tool, args)
+        assert "refused: agent 'reviewer' may not" in reason and \
+            (args.get("glob") or args["pattern"]) in reason, reason
+    for tool, args in [("Glob", {"pattern": "**/*.py", "path": src}),
+                       ("Glob", {"pattern": "../src/*.py", "path": src}),
+                       ("Glob", {"pattern": str(project / "src" / "*.py")}),
+                       ("Grep", {"pattern": "/etc/passwd|\\.\\./", "path": src}),
+                       ("Grep", {"pattern": "x", "glob": "*.py"})]:
+        assert verdict(tool, args) == (None, ""), (tool, args)
+    with open_store(project, "filesystem") as store:
+        records = store.open_run(run.id).tool_calls()
+    assert [r.status for r in records] == ["refused"] * len(refused) + ["allowed"] * 5
+    assert records[0].meta["subject"] == "../../etc/*"

@@ -18,6 +18,7 @@ here: the host's own sandbox settings are what confine an allowed command.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -37,6 +38,13 @@ PATH_TOOLS = {"Read": ("file_path", False, False), "Write": ("file_path", True, 
               "Glob": ("path", False, True), "Grep": ("path", False, True),
               "LS": ("path", False, True)}
 WEB_TOOLS = ("WebFetch", "WebSearch")
+#: The argument of a search tool that is a path glob, resolved against its ``path``: Glob's
+#: ``pattern`` and Grep's ``glob`` (Grep's ``pattern`` is a regex over contents, no path).
+SEARCH_GLOBS = {"Glob": "pattern", "Grep": "glob"}
+#: Characters that end a glob's fixed prefix.
+_WILDCARD = re.compile(r"[*?\[{]")
+#: Past a wildcard: a ``..`` segment or brace alternative, or a brace group holding a ``/``.
+_LEAVES = re.compile(r"(?:^|[/{,])\.\.(?:$|[/},])|\{[^}]*/")
 
 
 def decide(payload: dict[str, Any], backends: tuple[str, ...] = ("filesystem", "sqlite")
@@ -126,6 +134,9 @@ def _check(gate: Gate, tool: str, args: dict[str, Any]
         key, write, search = PATH_TOOLS[tool]
         subject = str(args.get(key) or gate.project)
         decision, _ = gate.path(subject, write=write, listing=search)
+        pattern = args.get(SEARCH_GLOBS.get(tool, ""))
+        if decision.allowed and isinstance(pattern, str) and pattern:
+            decision, subject = _glob_decision(gate, subject, pattern), pattern
         return decision, subject, None if decision.allowed else "deny"
     if tool == "Bash":
         command = str(args.get("command") or "")
@@ -148,6 +159,29 @@ def _check(gate: Gate, tool: str, args: dict[str, Any]
                             f"refused: agent '{gate.agent}' may not reach {subject!r} "
                             f"(network: {list(gate.permissions.network or ())})")
     return decision, subject, None if decision.allowed else "deny"
+
+
+def _glob_decision(gate: Gate, root: str, pattern: str) -> Decision:
+    """May a search under ``root`` use ``pattern``? Its fixed prefix (absolute, ``~/…`` or
+    relative to ``root``) is checked as a place to search, so ``../../etc/*`` or
+    ``/home/*/.ssh/*`` reaches no further than a path would; a ``..`` or a braced path past
+    the first wildcard cannot be checked that way and is refused."""
+    parts = pattern.split("/")
+    cut = next((i for i, part in enumerate(parts) if _WILDCARD.search(part)), len(parts))
+    fixed, rest = "/".join(parts[:cut]), "/".join(parts[cut:])
+    if _LEAVES.search(rest):
+        rule = "a glob may not leave its search root after a wildcard"
+        return Decision(False, rule, pattern, f"refused: agent '{gate.agent}' may not search "
+                                              f"{pattern!r} ({rule})")
+    if pattern.startswith(("/", "~")):
+        base = os.path.expanduser(fixed or "/")
+    else:
+        base = os.path.join(os.path.expanduser(root), fixed) if fixed else root
+    decision, _ = gate.path(base, write=False, listing=True)
+    if decision.allowed:
+        return decision
+    return Decision(False, decision.rule, pattern,
+                    f"{decision.message} (the glob {pattern!r} searches there)")
 
 
 def _host_of(url: str) -> str:
