@@ -226,14 +226,18 @@ class Follower:
     progress: int = 0
     outcome: str | None = None  # completed | failed (the program's own ending)
     error: str | None = None
+    failed_line: int | None = None  # where the program failed, when known
     task: asyncio.Task[None] | None = None
     journal: _Journal | None = None
+    #: Called once the program has failed (the run re-renders state.md to show it).
+    on_failure: Callable[[], None] | None = None
 
     @classmethod
     def start(cls, program: n.Program, source: str, file: str, outline: Analysis,
               inputs: dict[str, str], has_memory: Callable[[str], bool],
-              replay: Replay | None = None) -> Follower:
-        follower = cls(outline)
+              replay: Replay | None = None, on_failure: Callable[[], None] | None = None
+              ) -> Follower:
+        follower = cls(outline, on_failure=on_failure)
         follower.journal = _Journal(follower, has_memory, replay or Replay())
         options = Options(max_concurrency=FAN_OUT, sleep=_no_sleep, ask=follower.ask,
                           listener=follower.observe)
@@ -250,11 +254,32 @@ class Follower:
             self.outcome = "completed"
         except ProgramError as err:
             self.outcome, self.error = "failed", err.message
+            self.failed_line = err.span.line if err.span is not None else None
         except OpenProseError as err:  # the engine's, or the state's (a persist path refused)
             self.outcome, self.error = "failed", str(err)
         finally:
             self.provider.close("the program has ended")
             self.moved()
+        if self.outcome == "failed" and self.on_failure is not None:
+            with contextlib.suppress(OpenProseError):  # state.md is shown again later
+                self.on_failure()
+
+    def failed_at(self) -> Statement | None:
+        """The outline statement the program failed at (None: not failed, or unknown)."""
+        if self.outcome != "failed" or self.failed_line is None:
+            return None
+        return next((s for s in self.outline.statements.values()
+                     if s.line == self.failed_line), None)
+
+    def failure(self) -> str | None:
+        """The program's failure in one line, for run_status and state.md (None: it has
+        not failed)."""
+        if self.outcome != "failed":
+            return None
+        statement = self.failed_at()
+        where = f" at statement {statement.id} (line {statement.line})" if statement \
+            else f" at line {self.failed_line}" if self.failed_line else ""
+        return f"the program failed{where}: {self.error}"
 
     def observe(self, event: Any) -> None:
         self.progress += 1

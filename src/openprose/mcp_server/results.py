@@ -231,6 +231,16 @@ class VerdictInfo(BaseModel):
     reason: str
 
 
+class CheckerFailure(BaseModel):
+    """The followed program of an embodied run failed: the run stays running (resumable)
+    until the host completes it with 'failed' or resumes it."""
+
+    error: str
+    statement: str | None
+    line: int | None
+    text: str
+
+
 class StatusResult(BaseModel):
     run_id: str
     mode: str
@@ -241,6 +251,7 @@ class StatusResult(BaseModel):
     pending: list[PendingInfo]
     bindings: list[BindingEntry]
     verdicts: list[VerdictInfo]
+    checker_failed: CheckerFailure | None = None
 
 
 class ResumeResult(BaseModel):

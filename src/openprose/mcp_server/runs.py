@@ -32,6 +32,7 @@ from openprose.engine.briefs import Brief
 from openprose.engine.journal import Recorded
 from openprose.language import compile as compile_program
 from openprose.language.analysis import Agent, Analysis, Statement, analyze
+from openprose.language.nodes import Program
 from openprose.mcp_server.follow import Follower, Replay
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.resources import RunCatalog
@@ -56,6 +57,10 @@ from openprose.state import (
 DRIVER_KEY = "mcp:driver"
 STATE_PREFIX = "mcp:state:"
 SESSION_PREFIX = "mcp:"
+#: What a host does once the followed program failed (run_status and state.md say it).
+FAILED_NEXT = ("complete_run with status 'failed' ends the run; resume_run(run_id, "
+               "take_over=true) follows the program again from the journal (a failed session "
+               "is tried again)")
 VM_PREFIX = "vm."
 #: Kinds of binding a run never rewrites, by the rule a refusal names: a const's value is
 #: fixed, an input's is the caller's (given to start_run or resume_run, or the user's answer).
@@ -255,6 +260,9 @@ class DrivenRun:
                 note = f": {record['note']}" if record.get("note") else ""
                 active.append(f"- {statement.kind} at line {statement.line} "
                               f"(statement {sid}): {text}{note}")
+        failure = self.follower.failure() if self.follower is not None else None
+        if failure is not None and self.run.status == "running":
+            active.append(f"- {failure}; {FAILED_NEXT}")
         ordered = tuple(by_line[line] for line in sorted(by_line))
         self.run.update_state(StateSnapshot(ordered, tuple(active)))
 
@@ -298,12 +306,31 @@ class DrivenRun:
                 ref = BindingRef(*entry.meta["binding"])
                 driven.pending[key] = Pending(statement, ref, key, entry.input_hash,
                                               path=entry.meta.get("path"))
-        if mode == HOST and run.status == "running" and _in_event_loop() and not any(
-                s.kind == "call_program" for s in outline.statements.values()):
-            driven.follower = Follower.start(
-                result.program, run.program_source, file, outline, driven.recorded_inputs(),
-                driven.has_memory, driven.replay())
+        if mode == HOST and run.status == "running" and _in_event_loop():
+            driven.follow(result.program)
         return driven
+
+    def follow(self, program: Program) -> None:
+        """Follow the program beside the host from where the journal says the run is (not
+        for programs that call imported programs)."""
+        if any(s.kind == "call_program" for s in self.outline.statements.values()):
+            return
+        self.follower = Follower.start(
+            program, self.run.program_source, self.file, self.outline, self.recorded_inputs(),
+            self.has_memory, self.replay(), on_failure=self.render)
+
+    def follow_again(self) -> None:
+        """resume_run of a running run whose followed program failed: a fresh follower
+        replays the journal, so a transient cause (a session that failed once) is retried."""
+        if self.follower is None or self.follower.outcome != "failed" \
+                or self.status != "running":
+            return
+        self.follower.close()
+        result = compile_program(self.run.program_source, self.run.program_path,
+                                 root=self.run.store.project_root.resolve())
+        if result.program is not None:
+            self.follow(result.program)
+        self.render()
 
     def recorded_inputs(self) -> dict[str, str]:
         return {ref.name: self.run.read_binding(ref).value

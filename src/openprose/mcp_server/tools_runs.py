@@ -14,12 +14,12 @@ from openprose import prompts
 from openprose.engine import inputs as input_rules
 from openprose.language.analysis import analyze
 from openprose.mcp_server.context import ServerContext
-from openprose.mcp_server.follow import Follower
 from openprose.mcp_server.prompts import PromptError
 from openprose.mcp_server.prompts import compiled as compiled_program
 from openprose.mcp_server.refusal import Refusal, refuse_all
 from openprose.mcp_server.results import (
     BindingEntry,
+    CheckerFailure,
     CompleteResult,
     FrameInfo,
     OutputRef,
@@ -37,6 +37,7 @@ from openprose.mcp_server.results import (
 from openprose.mcp_server.runs import (
     DRIVER_KEY,
     ENGINE,
+    FAILED_NEXT,
     HOST,
     SESSION_PREFIX,
     WRITTEN_ONCE,
@@ -108,13 +109,23 @@ def status_of(driven: DrivenRun) -> StatusResult:
     verdicts = [VerdictInfo(key=entry.key.removeprefix(SESSION_PREFIX), value=entry.value,
                             reason=entry.reason)
                 for entry in run.journal_entries() if entry.kind == "verdict"]
+    follower, failed = driven.follower, None
+    text = follower.failure() if follower is not None and run.status == "running" else None
+    if follower is not None and text is not None:
+        statement = follower.failed_at()
+        failed = CheckerFailure(error=follower.error or "", text=text,
+                                statement=statement.id if statement else None,
+                                line=statement.line if statement else follower.failed_line)
     return StatusResult(run_id=run.id, mode=driven.mode, status=run.status,
                         backend=driven.backend, position=position, frames=frames,
-                        pending=pending, bindings=bindings, verdicts=verdicts)
+                        pending=pending, bindings=bindings, verdicts=verdicts,
+                        checker_failed=failed)
 
 
 def status_text(status: StatusResult) -> str:
     lines = [f"run {status.run_id}: {status.status} (mode {status.mode}, {status.backend})"]
+    if status.checker_failed is not None:
+        lines.append(f"{status.checker_failed.text}; {FAILED_NEXT}")
     if status.position:
         lines.append("position: " + "; ".join(
             f"{p.statement} L{p.line} {p.status}" + (f" {p.iteration}" if p.iteration is not None
@@ -187,9 +198,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                                  if s.kind == "input" and s.binds == decl.name)
                 run.write_binding(BindingRef(decl.name), given[decl.name], "input",
                                   statement.source)
-        if mode == HOST and not any(s.kind == "call_program" for s in outline.statements.values()):
-            driven.follower = Follower.start(compiled.program, source, file, outline, given,
-                                             driven.has_memory)
+        if mode == HOST:
+            driven.follow(compiled.program)
         driven.render()
         ctx.registry.add(driven)
         extra = None
@@ -244,6 +254,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         driven = ctx.registry.claim(run_id, take_over)
         try:
             engine_driven = driven.mode in ctx.modes
+            driven.follow_again()
             if not (engine_driven and driven.run.status in ("interrupted", "failed")):
                 driven.live()
             if driven.mode == ENGINE and not take_over:
