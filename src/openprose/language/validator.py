@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from openprose.language import nodes as n
+from openprose.language.analysis import NodeVisitor
 from openprose.language.diagnostics import Diagnostic, Severity
 from openprose.language.files import ProgramFileError, read_program_file
 from openprose.paths import PathRefused, contained
@@ -76,7 +77,12 @@ def load_contract(target: str, importer: str | None, root: Path | None) -> n.Pro
     return program
 
 
-class Validator:
+class Validator(NodeVisitor):
+    """Both passes over a program. Pass 2 dispatches a statement or expression by its class:
+    ``visit(node, scope, in_catch)`` calls ``visit_<Node>``; a node without a method has
+    nothing to check. ``scope`` holds the names bound around the node (loop, pipeline, catch,
+    block parameters); ``in_catch`` whether a bare ``throw`` may re-raise there."""
+
     def __init__(self, program: n.Program, path: str | None, root: Path | None) -> None:
         self.program = program
         self.path = path
@@ -102,23 +108,9 @@ class Validator:
     # ------------------------------------------------------------------ pass 1: definitions
     def collect(self) -> None:
         inputs: dict[str, n.Input] = {}
+        definitions = _Definitions(self)
         for stmt in self.program.body:
-            if isinstance(stmt, n.AgentDef):
-                if stmt.name in self.agents:
-                    self.error("E006", f"agent '{stmt.name}' is already defined on line "
-                               f"{self.agents[stmt.name].span.line}", stmt.span)
-                else:
-                    self.agents[stmt.name] = stmt
-            elif isinstance(stmt, n.BlockDef):
-                if stmt.name in self.blocks:
-                    self.error("E005", f"block '{stmt.name}' is already defined on line "
-                               f"{self.blocks[stmt.name].span.line}", stmt.span)
-                else:
-                    self.blocks[stmt.name] = stmt
-            elif isinstance(stmt, n.Use):
-                self.collect_use(stmt)
-            elif isinstance(stmt, n.ImportSkill):
-                self.collect_skill_import(stmt)
+            definitions.visit(stmt)
         for node in n.walk(self.program):
             if isinstance(node, n.Input):
                 if not node.name:
@@ -208,71 +200,87 @@ class Validator:
                     self.error("E024", f"output '{stmt.name}' is already declared on line "
                                f"{outputs[stmt.name].span.line}", stmt.span)
                 outputs[stmt.name] = stmt
-            self.statement(stmt, scope, in_catch)
+            self.visit(stmt, scope, in_catch)
 
-    def statement(self, stmt: n.Node, scope: frozenset[str], in_catch: bool) -> None:
-        match stmt:
-            case n.AgentDef():
-                self.properties(stmt.properties, AGENT_PROPERTIES, scope, f"agent '{stmt.name}'")
-            case n.BlockDef():
-                self.block_def(stmt)
-            case n.Let():
-                self.expr(stmt.value, scope)
-                if isinstance(stmt.target, n.Destructure):
-                    self.destructure(stmt.target, stmt.value)
-                elif isinstance(stmt.value, n.ProgramCall):
-                    self.call_results[stmt.target] = stmt.value.callee
-            case n.Assign():
-                self.assignment(stmt, scope)
-            case n.Output():
-                self.expr(stmt.value, scope)
-            case n.ExprStmt():
-                self.expr(stmt.expr, scope)
-            case n.Parallel():
-                self.parallel(stmt, scope, in_catch)
-            case n.Repeat():
-                self.expr(stmt.count, scope)
-                self.loop_body(stmt.body, scope, (stmt.index,), stmt, in_catch)
-            case n.For():
-                self.expr(stmt.collection, scope)
-                self.loop_body(stmt.body, scope, (stmt.item, stmt.index), stmt, in_catch)
-            case n.Loop():
-                if stmt.condition is not None:
-                    self.expr(stmt.condition, scope)
-                if stmt.condition is None and stmt.max is None:
-                    self.warn("W015", "this loop has neither a condition nor (max: N): it runs "
-                              "until the engine's safety limit stops it", stmt.span)
-                if stmt.max is not None and stmt.max < 1:
-                    self.error("E005", "(max: N) must be at least 1", stmt.span)
-                self.loop_body(stmt.body, scope, (stmt.index,), stmt, in_catch)
-            case n.Try():
-                self.statements(stmt.body, scope, in_catch)
-                if stmt.catch_body is not None:
-                    names = (stmt.catch_name,) if stmt.catch_name else ()
-                    self.loop_body(stmt.catch_body, scope, names, stmt, in_catch=True,
-                                   role="error variable")
-                if stmt.finally_body is not None:
-                    self.statements(stmt.finally_body, scope, in_catch)
-            case n.Throw():
-                if stmt.message is None and not in_catch:
-                    self.error("E005", "a bare 'throw' re-raises the caught error, so it only "
-                               "works inside a catch block; give a message: throw \"...\"",
-                               stmt.span)
-                elif stmt.message is not None:
-                    self.expr(stmt.message, scope)
-            case n.Choice():
-                self.choice(stmt, scope, in_catch)
-            case n.If():
-                for branch in stmt.branches:
-                    self.expr(branch.condition, scope)
-                    self.statements(branch.body, scope, in_catch)
-                if stmt.else_body is not None:
-                    self.statements(stmt.else_body, scope, in_catch)
-            case n.DoBlock():
-                self.statements(stmt.body, scope, in_catch)
-            case n.Input():
-                if isinstance(stmt.prompt, n.String):
-                    self.string(stmt.prompt, scope)
+    def generic_visit(self, node: n.Node, *args: object, **kwargs: object) -> None:
+        return None
+
+    def visit_AgentDef(self, stmt: n.AgentDef, scope: frozenset[str], in_catch: bool) -> None:
+        self.properties(stmt.properties, AGENT_PROPERTIES, scope, f"agent '{stmt.name}'")
+
+    def visit_BlockDef(self, stmt: n.BlockDef, scope: frozenset[str], in_catch: bool) -> None:
+        self.block_def(stmt)
+
+    def visit_Let(self, stmt: n.Let, scope: frozenset[str], in_catch: bool) -> None:
+        self.expr(stmt.value, scope)
+        if isinstance(stmt.target, n.Destructure):
+            self.destructure(stmt.target, stmt.value)
+        elif isinstance(stmt.value, n.ProgramCall):
+            self.call_results[stmt.target] = stmt.value.callee
+
+    def visit_Assign(self, stmt: n.Assign, scope: frozenset[str], in_catch: bool) -> None:
+        self.assignment(stmt, scope)
+
+    def visit_Output(self, stmt: n.Output, scope: frozenset[str], in_catch: bool) -> None:
+        self.expr(stmt.value, scope)
+
+    def visit_ExprStmt(self, stmt: n.ExprStmt, scope: frozenset[str], in_catch: bool) -> None:
+        self.expr(stmt.expr, scope)
+
+    def visit_Parallel(self, stmt: n.Parallel, scope: frozenset[str], in_catch: bool) -> None:
+        self.parallel(stmt, scope, in_catch)
+
+    def visit_Repeat(self, stmt: n.Repeat, scope: frozenset[str], in_catch: bool) -> None:
+        self.expr(stmt.count, scope)
+        self.loop_body(stmt.body, scope, (stmt.index,), stmt, in_catch)
+
+    def visit_For(self, stmt: n.For, scope: frozenset[str], in_catch: bool) -> None:
+        self.expr(stmt.collection, scope)
+        self.loop_body(stmt.body, scope, (stmt.item, stmt.index), stmt, in_catch)
+
+    def visit_Loop(self, stmt: n.Loop, scope: frozenset[str], in_catch: bool) -> None:
+        if stmt.condition is not None:
+            self.expr(stmt.condition, scope)
+        if stmt.condition is None and stmt.max is None:
+            self.warn("W015", "this loop has neither a condition nor (max: N): it runs "
+                      "until the engine's safety limit stops it", stmt.span)
+        if stmt.max is not None and stmt.max < 1:
+            self.error("E005", "(max: N) must be at least 1", stmt.span)
+        self.loop_body(stmt.body, scope, (stmt.index,), stmt, in_catch)
+
+    def visit_Try(self, stmt: n.Try, scope: frozenset[str], in_catch: bool) -> None:
+        self.statements(stmt.body, scope, in_catch)
+        if stmt.catch_body is not None:
+            names = (stmt.catch_name,) if stmt.catch_name else ()
+            self.loop_body(stmt.catch_body, scope, names, stmt, in_catch=True,
+                           role="error variable")
+        if stmt.finally_body is not None:
+            self.statements(stmt.finally_body, scope, in_catch)
+
+    def visit_Throw(self, stmt: n.Throw, scope: frozenset[str], in_catch: bool) -> None:
+        if stmt.message is None and not in_catch:
+            self.error("E005", "a bare 'throw' re-raises the caught error, so it only "
+                       "works inside a catch block; give a message: throw \"...\"",
+                       stmt.span)
+        elif stmt.message is not None:
+            self.expr(stmt.message, scope)
+
+    def visit_Choice(self, stmt: n.Choice, scope: frozenset[str], in_catch: bool) -> None:
+        self.choice(stmt, scope, in_catch)
+
+    def visit_If(self, stmt: n.If, scope: frozenset[str], in_catch: bool) -> None:
+        for branch in stmt.branches:
+            self.expr(branch.condition, scope)
+            self.statements(branch.body, scope, in_catch)
+        if stmt.else_body is not None:
+            self.statements(stmt.else_body, scope, in_catch)
+
+    def visit_DoBlock(self, stmt: n.DoBlock, scope: frozenset[str], in_catch: bool) -> None:
+        self.statements(stmt.body, scope, in_catch)
+
+    def visit_Input(self, stmt: n.Input, scope: frozenset[str], in_catch: bool) -> None:
+        if isinstance(stmt.prompt, n.String):
+            self.string(stmt.prompt, scope)
 
     def block_def(self, block: n.BlockDef) -> None:
         seen: set[str] = set()
@@ -375,38 +383,50 @@ class Validator:
 
     # ------------------------------------------------------------------ expressions
     def expr(self, node: n.Node, scope: frozenset[str]) -> None:
-        match node:
-            case n.Name():
-                self.reference(node.id, node.span, scope)
-            case n.String():
-                self.string(node, scope)
-            case n.Member():
-                self.member(node, scope)
-            case n.Session():
-                self.session(node, scope)
-            case n.DoCall():
-                self.do_call(node, scope)
-            case n.ProgramCall():
-                self.program_call(node, scope)
-            case n.Pipeline():
-                self.expr(node.source, scope)
-                for op in node.ops:
-                    names = {op.variable} | ({op.accumulator} if op.accumulator else set())
-                    self.loop_body(op.body, scope, tuple(sorted(names)), node, in_catch=False,
-                                   role="pipeline variable")
-            case n.Object():
-                for entry in node.entries:
-                    self.expr(entry.value, scope)
-            case n.Arrow():
-                for step in node.steps:
-                    self.expr(step, scope)
-            case n.Array() | n.BinaryOp() | n.UnaryOp() | n.Index():
-                for child in node.children():
-                    self.expr(child, scope)
-            case n.Number() | n.Boolean() | n.Null() | n.Discretion():
-                pass
-            case _:
-                self.statement(node, scope, in_catch=False)
+        """Check ``node`` where a value is expected: a statement there (``let x = try: ...``)
+        is not inside the surrounding catch block."""
+        self.visit(node, scope, False)
+
+    def visit_Name(self, node: n.Name, scope: frozenset[str], in_catch: bool) -> None:
+        self.reference(node.id, node.span, scope)
+
+    def visit_String(self, node: n.String, scope: frozenset[str], in_catch: bool) -> None:
+        self.string(node, scope)
+
+    def visit_Member(self, node: n.Member, scope: frozenset[str], in_catch: bool) -> None:
+        self.member(node, scope)
+
+    def visit_Session(self, node: n.Session, scope: frozenset[str], in_catch: bool) -> None:
+        self.session(node, scope)
+
+    def visit_DoCall(self, node: n.DoCall, scope: frozenset[str], in_catch: bool) -> None:
+        self.do_call(node, scope)
+
+    def visit_ProgramCall(self, node: n.ProgramCall, scope: frozenset[str],
+                          in_catch: bool) -> None:
+        self.program_call(node, scope)
+
+    def visit_Pipeline(self, node: n.Pipeline, scope: frozenset[str], in_catch: bool) -> None:
+        self.expr(node.source, scope)
+        for op in node.ops:
+            names = {op.variable} | ({op.accumulator} if op.accumulator else set())
+            self.loop_body(op.body, scope, tuple(sorted(names)), node, in_catch=False,
+                           role="pipeline variable")
+
+    def visit_Object(self, node: n.Object, scope: frozenset[str], in_catch: bool) -> None:
+        for entry in node.entries:
+            self.expr(entry.value, scope)
+
+    def visit_Arrow(self, node: n.Arrow, scope: frozenset[str], in_catch: bool) -> None:
+        for step in node.steps:
+            self.expr(step, scope)
+
+    def visit_Array(self, node: n.Array | n.BinaryOp | n.UnaryOp | n.Index,
+                    scope: frozenset[str], in_catch: bool) -> None:
+        for child in node.children():
+            self.expr(child, scope)
+
+    visit_BinaryOp = visit_UnaryOp = visit_Index = visit_Array
 
     def reference(self, name: str, span: n.Span, scope: frozenset[str]) -> None:
         if name in scope or name in self.declared or name in self.uses:
@@ -605,6 +625,39 @@ class Validator:
             else:
                 self.error("E016", "permission patterns are strings in quotes (or the name of "
                            "a string const)", item.span)
+
+
+class _Definitions(NodeVisitor):
+    """Pass 1 over the top-level statements: the agents, blocks, imported programs and skills
+    every later statement may name, whatever line defines them."""
+
+    def __init__(self, validator: Validator) -> None:
+        self.validator = validator
+
+    def visit_AgentDef(self, stmt: n.AgentDef) -> None:
+        v = self.validator
+        if stmt.name in v.agents:
+            v.error("E006", f"agent '{stmt.name}' is already defined on line "
+                    f"{v.agents[stmt.name].span.line}", stmt.span)
+        else:
+            v.agents[stmt.name] = stmt
+
+    def visit_BlockDef(self, stmt: n.BlockDef) -> None:
+        v = self.validator
+        if stmt.name in v.blocks:
+            v.error("E005", f"block '{stmt.name}' is already defined on line "
+                    f"{v.blocks[stmt.name].span.line}", stmt.span)
+        else:
+            v.blocks[stmt.name] = stmt
+
+    def visit_Use(self, stmt: n.Use) -> None:
+        self.validator.collect_use(stmt)
+
+    def visit_ImportSkill(self, stmt: n.ImportSkill) -> None:
+        self.validator.collect_skill_import(stmt)
+
+    def generic_visit(self, node: n.Node, *args: object, **kwargs: object) -> None:
+        return None
 
 
 def _word(value: n.Node | n.PropertyBlock) -> str | None:
