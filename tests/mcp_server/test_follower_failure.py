@@ -40,6 +40,8 @@ async def test_a_failed_program_is_reported_and_the_run_resumes(tmp_path: Path) 
         refused = await h.refused("complete_run", vm_token=vm)
         assert "the program failed" in refused and "the model timed out" in refused
         assert "complete_run with status 'failed'" in refused
+        refused = await h.refused("spawn_session", vm_token=vm, statement="1")
+        assert "the model timed out), or resume_run(run_id, take_over=true)" in refused
 
         resumed = await h.call("resume_run", run_id=run["run_id"], take_over=True)
         vm = resumed["vm_token"]

@@ -379,7 +379,8 @@ class Follower:
             parts.append("complete_run (the program has finished)")
         elif self.outcome == "failed":
             parts.append(f"complete_run with status 'failed' (the program failed: "
-                         f"{self.error})")
+                         f"{self.error}), or resume_run(run_id, take_over=true) to follow it "
+                         "again from the journal")
         for call in self.calls.values():
             if call.popped and call.host is not None and not call.closed:
                 parts.append(f"pop_frame {call.host}")
