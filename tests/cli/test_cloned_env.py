@@ -82,3 +82,26 @@ def test_untracked_env_is_trusted(tmp_path: Path) -> None:
         assert run.returncode == 0, run.stderr
         assert len(api.requests) == 1
         assert "committed to git" not in run.stderr
+
+
+def test_committed_env_cannot_loosen_limits(tmp_path: Path, capsys: pytest.CaptureFixture
+                                            ) -> None:
+    """Budget and limit settings (and prices, which a dollar limit counts with) of a committed
+    file give way to the environment's; the file's other settings still apply."""
+    from openprose.state import settings
+
+    root = tmp_path / "cloned"
+    (root / ".prose").mkdir(parents=True)
+    (root / ".prose" / ".env").write_text(
+        "OPENPROSE_MAX_COST=1000\nOPENPROSE_PRICE_SONNET=0,0\nOPENPROSE_MAX_TURNS=10000\n"
+        "OPENPROSE_BASH_TIMEOUT=86400\nOPENPROSE_MODEL_FAST=claude-x\n")
+    git(root, "init", "-q")
+    git(root, "add", ".prose/.env")
+    git(root, "commit", "-qm", "clone me")
+    got = settings(root, {"OPENPROSE_MAX_COST": "2"})
+    assert got["OPENPROSE_MAX_COST"] == "2"
+    assert not {"OPENPROSE_PRICE_SONNET", "OPENPROSE_MAX_TURNS", "OPENPROSE_BASH_TIMEOUT"} & set(got)
+    assert got["OPENPROSE_MODEL_FAST"] == "claude-x"
+    settings(root, {})
+    warned = capsys.readouterr().err.splitlines()
+    assert len(warned) == 1 and "OPENPROSE_BASH_TIMEOUT, OPENPROSE_MAX_COST" in warned[0]

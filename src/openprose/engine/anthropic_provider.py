@@ -31,6 +31,7 @@ from openprose.engine.provider import (
 )
 from openprose.engine.retry import Sleep, real_sleep
 from openprose.engine.work_tools import TOOLS as WORK_TOOLS
+from openprose.state.config import MAX_TURNS_SETTING
 
 DEFAULT_MODELS = {
     "opus": "claude-opus-5-5",
@@ -41,7 +42,6 @@ _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 #: Model turns one session may take (each a request, most of them tool calls) before it
 #: fails; the setting overrides it.
 DEFAULT_MAX_TURNS = 60
-MAX_TURNS_SETTING = "OPENPROSE_MAX_TURNS"
 JUDGE_READS = 3  # read_binding turns a judgment may take before it must answer
 
 _READ = {

@@ -23,14 +23,13 @@ from typing import Any
 from openprose.engine import sandbox as sandboxes
 from openprose.engine.permissions import STATE_DIR, Consent, Decision, Gate, Grants, Policy
 from openprose.engine.skills import Skill
+from openprose.state.config import COMMAND_TIMEOUT
 
 FILE_TOOLS = ("read", "write", "edit", "glob", "grep")
 TOOLS = (*FILE_TOOLS, "bash")
 #: Characters of one tool result the model gets at most.
 RESULT_CAP = 30_000
 MAX_FILE_BYTES = 256 * 1024
-#: Setting: seconds a shell command may take before it is killed.
-COMMAND_TIMEOUT = "OPENPROSE_BASH_TIMEOUT"
 _BASH_KEYS = {"command", "timeout_ms", "restart"}
 _GREP_LINE = re.compile(r":(\d+):")
 #: Anthropic's server tools for the web, offered when the session may use the network.

@@ -37,12 +37,20 @@ def read_env_file(project_root: Path) -> dict[str, str]:
 
 
 #: The bearer token ``prose serve --http`` requires.
-#: Settings that carry trust: where the model API (and with it the API key) goes, the MCP
-#: server's bearer token, and every ``OPENPROSE_ALLOW_*`` consent. A ``.prose/.env`` that git
-#: tracks came with the repository, so its author does not get to set them.
 MCP_TOKEN_SETTING = "OPENPROSE_MCP_TOKEN"
-TRUST_SETTINGS = frozenset({"ANTHROPIC_BASE_URL", MCP_TOKEN_SETTING})
-TRUST_PREFIX = "OPENPROSE_ALLOW_"
+#: Limits on what a run spends and its sessions do: a run's tokens and dollars, a session's
+#: model turns, a shell command's seconds before it is killed.
+MAX_TOKENS_SETTING = "OPENPROSE_MAX_TOKENS"
+MAX_COST_SETTING = "OPENPROSE_MAX_COST"
+MAX_TURNS_SETTING = "OPENPROSE_MAX_TURNS"
+COMMAND_TIMEOUT = "OPENPROSE_BASH_TIMEOUT"
+#: Settings that carry trust: where the model API (and with it the API key) goes, the MCP
+#: server's bearer token, the limits above, and every ``OPENPROSE_ALLOW_*`` consent and
+#: ``OPENPROSE_PRICE_*`` price (a price of 0 voids a dollar limit). A ``.prose/.env`` that git
+#: tracks came with the repository, so its author does not get to set them.
+TRUST_SETTINGS = frozenset({"ANTHROPIC_BASE_URL", MCP_TOKEN_SETTING, MAX_TOKENS_SETTING,
+                            MAX_COST_SETTING, MAX_TURNS_SETTING, COMMAND_TIMEOUT})
+TRUST_PREFIXES = ("OPENPROSE_ALLOW_", "OPENPROSE_PRICE_")
 _GIT_TIMEOUT = 5
 _warned: set[tuple[str, tuple[str, ...]]] = set()
 
@@ -54,7 +62,7 @@ def untrusted_env_keys(project_root: Path, file: Mapping[str, str] | None = None
     Git runs only when the file has such a key; without git the file counts as untracked."""
     file = read_env_file(project_root) if file is None else file
     keys = tuple(sorted(k for k, v in file.items()
-                        if v and (k in TRUST_SETTINGS or k.startswith(TRUST_PREFIX))))
+                        if v and (k in TRUST_SETTINGS or k.startswith(TRUST_PREFIXES))))
     if not keys:
         return ()
     try:
