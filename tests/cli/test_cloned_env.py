@@ -105,3 +105,27 @@ def test_committed_env_cannot_loosen_limits(tmp_path: Path, capsys: pytest.Captu
     settings(root, {})
     warned = capsys.readouterr().err.splitlines()
     assert len(warned) == 1 and "OPENPROSE_BASH_TIMEOUT, OPENPROSE_MAX_COST" in warned[0]
+
+
+def test_checking_the_file_runs_no_hook_of_the_repository(tmp_path: Path) -> None:
+    """A project that arrives with its .git/config (an archive, a nested repository) may name
+    a core.fsmonitor command, which git runs even for ls-files: neither the settings check
+    nor `prose doctor` lets it run."""
+    from openprose.state import settings
+
+    root = tmp_path / "unpacked"
+    (root / ".prose").mkdir(parents=True)
+    (root / ".prose" / ".env").write_text("OPENPROSE_ALLOW_BASH=1\n")
+    git(root, "init", "-q")
+    git(root, "add", ".prose/.env")
+    git(root, "commit", "-qm", "archive me")
+    marker = tmp_path / "ran"
+    hook = tmp_path / "fsmonitor.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    git(root, "config", "core.fsmonitor", str(hook))
+    assert "OPENPROSE_ALLOW_BASH" not in settings(root, {})
+    doctor = subprocess.run([PROSE, "doctor", "--project", str(root)], cwd=root,
+                            capture_output=True, text=True, timeout=120)
+    assert "committed to git" in doctor.stdout, doctor.stdout
+    assert not marker.exists()

@@ -182,9 +182,10 @@ def check_env_ignored(root: Path) -> Check:
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes] | None:
+    from openprose.state.config import run_git
+
     try:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, timeout=10,
-                              check=False)
+        return run_git(root, *args, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
 

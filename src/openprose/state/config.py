@@ -66,14 +66,21 @@ def untrusted_env_keys(project_root: Path, file: Mapping[str, str] | None = None
     if not keys:
         return ()
     try:
-        tracked = subprocess.run(
-            ["git", "ls-files", "--error-unmatch", "--", ".prose/.env"], cwd=project_root,
-            capture_output=True, timeout=_GIT_TIMEOUT, check=False).returncode == 0
+        tracked = run_git(project_root, "ls-files", "--error-unmatch", "--", ".prose/.env",
+                          timeout=_GIT_TIMEOUT).returncode == 0
     except OSError:  # no git (or no project directory): nothing says the file was cloned
         return ()
     except subprocess.TimeoutExpired:  # cannot tell: the trust settings are not taken
         tracked = True
     return keys if tracked else ()
+
+
+def run_git(root: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[bytes]:
+    """``git ARGS`` in ``root``, with the repository's fsmonitor hook off: ``core.fsmonitor``
+    in a ``.git/config`` that came with the project (an archive, a nested repository) is a
+    command git runs even for ``ls-files``. Raises OSError (no git) or TimeoutExpired."""
+    return subprocess.run(["git", "-c", "core.fsmonitor=false", *args], cwd=root,
+                          capture_output=True, timeout=timeout, check=False)
 
 
 def settings(project_root: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
