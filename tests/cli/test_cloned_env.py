@@ -86,9 +86,10 @@ def test_untracked_env_is_trusted(tmp_path: Path) -> None:
 
 def test_committed_env_cannot_loosen_limits(tmp_path: Path, capsys: pytest.CaptureFixture
                                             ) -> None:
-    """Budget and limit settings (and prices, which a dollar limit counts with) of a committed
-    file give way to the environment's; the file's other settings still apply."""
-    from openprose.state import settings
+    """Budget and limit settings (and prices, which a dollar limit counts with) and where run
+    state goes, of a committed file, give way to the environment's; the file's other settings
+    still apply."""
+    from openprose.state import postgres_url, settings
 
     root = tmp_path / "cloned"
     (root / ".prose").mkdir(parents=True)
@@ -102,9 +103,14 @@ def test_committed_env_cannot_loosen_limits(tmp_path: Path, capsys: pytest.Captu
     assert got["OPENPROSE_MAX_COST"] == "2"
     assert not {"OPENPROSE_PRICE_SONNET", "OPENPROSE_MAX_TURNS", "OPENPROSE_BASH_TIMEOUT"} & set(got)
     assert got["OPENPROSE_MODEL_FAST"] == "claude-x"
+    (root / ".prose" / ".env").write_text("OPENPROSE_POSTGRES_URL=postgresql://evil.example/x\n")
+    git(root, "commit", "-qam", "and keep your runs")
+    assert postgres_url(root, {"OPENPROSE_POSTGRES_URL": "postgresql://mine/db"}) == \
+        "postgresql://mine/db"
     settings(root, {})
     warned = capsys.readouterr().err.splitlines()
-    assert len(warned) == 1 and "OPENPROSE_BASH_TIMEOUT, OPENPROSE_MAX_COST" in warned[0]
+    assert len(warned) == 2 and "OPENPROSE_BASH_TIMEOUT, OPENPROSE_MAX_COST" in warned[0]
+    assert "OPENPROSE_POSTGRES_URL" in warned[1]
 
 
 def test_checking_the_file_runs_no_hook_of_the_repository(tmp_path: Path) -> None:

@@ -38,18 +38,21 @@ def read_env_file(project_root: Path) -> dict[str, str]:
 
 #: The bearer token ``prose serve --http`` requires.
 MCP_TOKEN_SETTING = "OPENPROSE_MCP_TOKEN"
+#: The PostgreSQL server runs are kept in (with their inputs and outputs).
+POSTGRES_URL_SETTING = "OPENPROSE_POSTGRES_URL"
 #: Limits on what a run spends and its sessions do: a run's tokens and dollars, a session's
 #: model turns, a shell command's seconds before it is killed.
 MAX_TOKENS_SETTING = "OPENPROSE_MAX_TOKENS"
 MAX_COST_SETTING = "OPENPROSE_MAX_COST"
 MAX_TURNS_SETTING = "OPENPROSE_MAX_TURNS"
 COMMAND_TIMEOUT = "OPENPROSE_BASH_TIMEOUT"
-#: Settings that carry trust: where the model API (and with it the API key) goes, the MCP
-#: server's bearer token, the limits above, and every ``OPENPROSE_ALLOW_*`` consent and
+#: Settings that carry trust: where the model API (and with it the API key) goes, where run
+#: state goes, the MCP server's bearer token, the limits above, and every ``OPENPROSE_ALLOW_*`` consent and
 #: ``OPENPROSE_PRICE_*`` price (a price of 0 voids a dollar limit). A ``.prose/.env`` that git
 #: tracks came with the repository, so its author does not get to set them.
-TRUST_SETTINGS = frozenset({"ANTHROPIC_BASE_URL", MCP_TOKEN_SETTING, MAX_TOKENS_SETTING,
-                            MAX_COST_SETTING, MAX_TURNS_SETTING, COMMAND_TIMEOUT})
+TRUST_SETTINGS = frozenset({"ANTHROPIC_BASE_URL", POSTGRES_URL_SETTING, MCP_TOKEN_SETTING,
+                            MAX_TOKENS_SETTING, MAX_COST_SETTING, MAX_TURNS_SETTING,
+                            COMMAND_TIMEOUT})
 TRUST_PREFIXES = ("OPENPROSE_ALLOW_", "OPENPROSE_PRICE_")
 _GIT_TIMEOUT = 5
 _warned: set[tuple[str, tuple[str, ...]]] = set()
@@ -108,7 +111,7 @@ def postgres_schema(project_root: Path, environ: Mapping[str, str] | None = None
 def postgres_url(project_root: Path, environ: Mapping[str, str] | None = None) -> str | None:
     """OPENPROSE_POSTGRES_URL from .prose/.env, then the environment, then DATABASE_URL."""
     environ = os.environ if environ is None else environ
-    return (settings(project_root, environ).get("OPENPROSE_POSTGRES_URL")
+    return (settings(project_root, environ).get(POSTGRES_URL_SETTING)
             or environ.get("DATABASE_URL"))
 
 
