@@ -278,15 +278,16 @@ def _budget(job: Any, max_tokens: int | None, max_cost: float | None, root: Path
     recorded with the run so a resume keeps it unless raised."""
     from openprose.engine.interpreter import RunBudget
     from openprose.state import settings
+    from openprose.state.config import MAX_COST_SETTING, MAX_TOKENS_SETTING
 
     env = settings(root)
     try:
-        max_tokens = max_tokens or (int(env["OPENPROSE_MAX_TOKENS"])
-                                    if env.get("OPENPROSE_MAX_TOKENS") else None)
-        max_cost = max_cost or (float(env["OPENPROSE_MAX_COST"])
-                                if env.get("OPENPROSE_MAX_COST") else None)
+        max_tokens = max_tokens or (int(env[MAX_TOKENS_SETTING])
+                                    if env.get(MAX_TOKENS_SETTING) else None)
+        max_cost = max_cost or (float(env[MAX_COST_SETTING])
+                                if env.get(MAX_COST_SETTING) else None)
     except ValueError as err:
-        _refuse(command, f"OPENPROSE_MAX_TOKENS / OPENPROSE_MAX_COST: not a number ({err})")
+        _refuse(command, f"{MAX_TOKENS_SETTING} / {MAX_COST_SETTING}: not a number ({err})")
     if max_tokens is None and max_cost is None:
         return
     job.budget = RunBudget(max_tokens, max_cost)
