@@ -224,7 +224,7 @@ def test_a_database_not_in_utf8_is_refused_in_one_line(
     assert code == 1 and found["postgresql"]["status"] == "fail"
     detail = found["postgresql"]["detail"]
     assert detail.startswith("PostgreSQL 1") and "SQL_ASCII" in detail, detail
-    assert "b'" not in output
+    assert not re.search(r"(?<!\w)b'", output), output  # no bytes repr (names may end in b)
 
 
 @pytest.mark.postgres

@@ -70,14 +70,21 @@ def test_a_local_skill_is_offered_and_its_files_are_readable(tmp_path):
 class Archives:
     """A local stand-in for GitHub's archive downloads; counts the requests."""
 
-    def __init__(self, files: dict[str, str]) -> None:
+    def __init__(self, files: dict[str, str], links: dict[str, str] | None = None) -> None:
+        """``files`` under the archive's top folder; ``links``: member name -> symlink target
+        (names as given, so a test can put ``..`` or absolute names in)."""
         data = io.BytesIO()
         with tarfile.open(fileobj=data, mode="w:gz") as archive:
             for name, text in files.items():
                 raw = text.encode()
-                info = tarfile.TarInfo(f"repo-abc123/{name}")
+                info = tarfile.TarInfo(name if name.startswith(("/", "..")) else
+                                       f"repo-abc123/{name}")
                 info.size = len(raw)
                 archive.addfile(info, io.BytesIO(raw))
+            for name, target in (links or {}).items():
+                info = tarfile.TarInfo(name)
+                info.type, info.linkname = tarfile.SYMTYPE, target
+                archive.addfile(info)
         self.body, self.paths = data.getvalue(), []
         outer = self
 
@@ -113,6 +120,27 @@ def test_a_github_skill_is_fetched_once_and_cached_and_readable(tmp_path):
     gate = Policy(tmp_path).gate("editor", None, skills={"tidy": folder})
     assert gate.path(str(folder / "rules.md"), write=False)[0].rule == "skill 'tidy'"
     assert not gate.path(str(folder / "rules.md"), write=True)[0].allowed
+
+
+def test_a_hostile_skill_archive_unpacks_nothing_outside_its_folder(tmp_path):
+    """Absolute names, ``..`` and links in a fetched archive are left out, on every Python
+    3.11 release (tarfile's "data" filter came in 3.11.4)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    archives = Archives({"skills/tidy/SKILL.md": SKILL, "../escaped.txt": "x",
+                         str(tmp_path / "absolute.txt"): "x"},
+                        links={"repo-abc123/skills/tidy/home": str(tmp_path)})
+    try:
+        program = compile_or_raise(_program("github:acme/toolbox"), "p.prose")
+        skills, warnings = resolve_skills(program, None, project, {GITHUB_ARCHIVE: archives.url})
+    finally:
+        archives.httpd.shutdown()
+    assert warnings == []
+    folder = skills["tidy"].folder
+    assert (folder / "SKILL.md").read_text() == SKILL
+    assert not (folder / "home").exists() and not (folder / "home").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["project"]
+    assert not any(p.name == "escaped.txt" for p in project.rglob("*"))
 
 
 def test_an_unresolvable_skill_is_a_warning_at_the_start(tmp_path):

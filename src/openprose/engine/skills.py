@@ -18,7 +18,7 @@ import os
 import re
 import tarfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import httpx
 import yaml
@@ -132,11 +132,31 @@ def _fetch(owner: str, repo: str, project: Path, env: dict[str, str]) -> Path:
     partial.mkdir(parents=True, exist_ok=True)
     try:
         with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as archive:
-            archive.extractall(partial, filter="data")
+            archive.extractall(partial, members=_plain_members(archive), **_DATA_FILTER)
     except (tarfile.TarError, OSError) as err:
         raise SkillUnavailable(f"{url} is not a usable archive: {err}") from None
     os.replace(partial, cache)
     return _top(cache)
+
+
+#: tarfile's own "data" filter where this Python has it (3.11.4 and later); before that,
+#: :func:`_plain_members` alone keeps the archive inside its folder.
+_DATA_FILTER: dict[str, str] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+
+
+def _plain_members(archive: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """The archive's regular files and folders whose names stay inside the folder they are
+    unpacked into; links, devices, absolute names and ``..`` are left out, and no file is
+    made executable by another user or set-id."""
+    kept = []
+    for member in archive.getmembers():
+        parts = PurePosixPath(member.name).parts
+        if not (member.isfile() or member.isdir()) or member.name.startswith("/") \
+                or ".." in parts or not parts:
+            continue
+        member.mode &= 0o755
+        kept.append(member)
+    return kept
 
 
 def _top(folder: Path) -> Path:
