@@ -109,6 +109,12 @@ def test_pg_up_makes_a_utf8_cluster_on_a_free_port_of_its_own_and_reuses_it(pg_d
         assert _pg_up_bare(pg_dir).stdout == first.stdout
         with psycopg.connect(url) as conn:
             assert conn.info.parameter_status("server_encoding") == "UTF8"
+        # pg-down as .ci/run's exit trap runs it under `env -i`: it stops the cluster
+        down = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", f"OPENPROSE_PG_DIR={pg_dir}",
+                               ROOT / "scripts" / "pg-down"], capture_output=True, text=True,
+                              timeout=120)
+        assert down.returncode == 0, down.stderr
+        assert not (pg_dir / "data" / "postmaster.pid").exists()
     finally:
         taken.close()
 
