@@ -12,26 +12,16 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import Implementation
+from tests.mcp_server.attack_project import PROGRAM, make_project
 from tests.mcp_server.host import ERAS, Host, Refused, host
 
 from openprose.mcp_server.server import create_server
 
 pytestmark = pytest.mark.anyio
 
-PROGRAM = """\
-input topic: "what to look into"
-let notes = session "Research {topic}"
-output summary = session "Summarize"
-  context: notes
-"""
-
-
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "p.prose").write_text(PROGRAM)
-    return project
+    return make_project(tmp_path)
 
 
 async def _started(h: Host) -> tuple[str, dict[str, str]]:

@@ -12,6 +12,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from tests.mcp_server.attack_project import make_project
 from tests.mcp_server.host import ERAS, host
 
 from openprose.mcp_server.server import MAX_ERROR_CHARS, create_server
@@ -19,20 +20,9 @@ from openprose.state import MAX_VALUE_BYTES
 
 pytestmark = pytest.mark.anyio
 
-PROGRAM = """\
-input topic: "what to look into"
-let notes = session "Research {topic}"
-output summary = session "Summarize"
-  context: notes
-"""
-
-
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "p.prose").write_text(PROGRAM)
-    return project
+    return make_project(tmp_path)
 
 
 # ------------------------------------------------------------------ text no store can hold

@@ -635,20 +635,18 @@ class _Definitions(NodeVisitor):
         self.validator = validator
 
     def visit_AgentDef(self, stmt: n.AgentDef) -> None:
-        v = self.validator
-        if stmt.name in v.agents:
-            v.error("E006", f"agent '{stmt.name}' is already defined on line "
-                    f"{v.agents[stmt.name].span.line}", stmt.span)
-        else:
-            v.agents[stmt.name] = stmt
+        self._define(self.validator.agents, "agent", "E006", stmt)
 
     def visit_BlockDef(self, stmt: n.BlockDef) -> None:
-        v = self.validator
-        if stmt.name in v.blocks:
-            v.error("E005", f"block '{stmt.name}' is already defined on line "
-                    f"{v.blocks[stmt.name].span.line}", stmt.span)
+        self._define(self.validator.blocks, "block", "E005", stmt)
+
+    def _define(self, table: dict, kind: str, code: str, stmt: n.AgentDef | n.BlockDef) -> None:
+        """The first definition of a name wins; another is ``code``, naming the first's line."""
+        if stmt.name in table:
+            self.validator.error(code, f"{kind} '{stmt.name}' is already defined on line "
+                                 f"{table[stmt.name].span.line}", stmt.span)
         else:
-            v.blocks[stmt.name] = stmt
+            table[stmt.name] = stmt
 
     def visit_Use(self, stmt: n.Use) -> None:
         self.validator.collect_use(stmt)
