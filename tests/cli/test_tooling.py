@@ -123,3 +123,38 @@ def test_pg_up_documents_its_overrides():
     text = (ROOT / "scripts" / "pg-up").read_text() + README
     for name in ("OPENPROSE_PG_DIR", "OPENPROSE_PG_PORT"):
         assert name in README and name in text
+
+
+def _python_of(version: str, path_dir: Path, pyenv_root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ROOT / "scripts" / "python-of", version], capture_output=True,
+                          text=True, timeout=60,
+                          env={"PATH": f"{path_dir}:/usr/bin:/bin", "HOME": str(pyenv_root.parent),
+                               "PYENV_ROOT": str(pyenv_root)})
+
+
+def test_python_of_skips_a_pyenv_shim_for_a_version_not_selected(tmp_path):
+    """CI's machine has pyenv's shims on PATH: `python3.13` is there but exits 127 when 3.13
+    is installed and not selected. The installed interpreter is taken instead."""
+    import sys
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    shim = shims / f"python{version}"
+    shim.write_text(f"#!/bin/sh\necho 'pyenv: python{version}: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    installed = tmp_path / "pyenv" / "versions" / f"{version}.0" / "bin"
+    installed.mkdir(parents=True)
+    (installed / "python3").symlink_to(sys.executable)
+    found = _python_of(version, shims, tmp_path / "pyenv")
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == str(installed / "python3")
+    # with no working interpreter of that version: nothing printed, a failing status
+    (installed / "python3").unlink()
+    missing = _python_of(version, shims, tmp_path / "pyenv")
+    assert missing.returncode != 0 and missing.stdout == ""
+
+
+def test_ci_finds_interpreters_only_through_python_of():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "scripts/python-of \"$OLDEST\"" in ci and "scripts/python-of \"$NEWEST\"" in ci
+    assert "command -v \"python" not in ci
