@@ -78,10 +78,25 @@ def decide(payload: dict[str, Any], backends: tuple[str, ...] = ("filesystem", "
         store.close()
     if verdict is None:
         return None
-    reason = decision.message or f"{decision.rule}: the host asks"
+    return answer(verdict, decision.message or f"{decision.rule}: the host asks")
+
+
+def answer(verdict: str, reason: str) -> dict[str, Any]:
+    """Claude Code's hook JSON for ``verdict`` (``deny`` or ``ask``), its reason shown to the
+    model."""
     return {"hookSpecificOutput": {"hookEventName": "PreToolUse",
                                    "permissionDecision": verdict,
                                    "permissionDecisionReason": reason}}
+
+
+def failed(payload: dict[str, Any], error: BaseException) -> dict[str, Any] | None:
+    """The answer when deciding itself failed: a subagent's call (possibly an OpenProse
+    session's) is refused, since nothing checked it; the main agent's is left to the host."""
+    if not payload.get("agent_id"):
+        return None
+    return answer("deny", "refused: OpenProse could not check this call against the "
+                          f"session's permissions ({type(error).__name__}: {str(error)[:300]}); run "
+                          "`prose doctor` in the project")
 
 
 def session_token(payload: dict[str, Any]) -> str | None:
