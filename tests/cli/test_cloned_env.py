@@ -67,6 +67,35 @@ def test_committed_env_cannot_redirect_the_api_key(tmp_path: Path) -> None:
         assert KEY not in run.stdout + run.stderr + doctor.stdout + doctor.stderr
 
 
+def test_a_committed_api_key_is_not_used(tmp_path: Path) -> None:
+    """A key in a committed file is the repository author's (and public): sessions are paid
+    with, and sent under, the user's own key; without one the run refuses, naming why."""
+    root = tmp_path / "cloned"
+    (root / ".prose").mkdir(parents=True)
+    (root / "p.prose").write_text('output summary = session "Summarize"\n')
+    (root / ".prose" / ".env").write_text("ANTHROPIC_API_KEY=sk-ant-committed-by-the-author\n")
+    git(root, "init", "-q")
+    git(root, "add", ".prose/.env", "p.prose")
+    git(root, "commit", "-qm", "clone me")
+    with FakeMessagesAPI(lambda body: Reply([text("done")])) as api:
+        env = {**os.environ, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": api.url}
+        run = subprocess.run([PROSE, "run", "p.prose", "--project", str(root)], cwd=root,
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert api.keys == [KEY]
+        assert "ANTHROPIC_API_KEY" in run.stderr and "committed to git" in run.stderr
+        env.pop("ANTHROPIC_API_KEY")
+        refused = subprocess.run([PROSE, "run", "p.prose", "--project", str(root)], cwd=root,
+                                 env=env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and api.keys == [KEY]
+        assert "no Anthropic API key" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+        doctor = subprocess.run([PROSE, "doctor", "--project", str(root)], cwd=root, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert "ANTHROPIC_API_KEY in .prose/.env is ignored" in doctor.stdout, doctor.stdout
+        assert "sk-ant-committed" not in doctor.stdout + doctor.stderr
+
+
 def test_untracked_env_is_trusted(tmp_path: Path) -> None:
     """The user's own (git-ignored) file still points the API where it says."""
     root = tmp_path / "own"

@@ -93,10 +93,12 @@ def _stream(reply: Reply, model: str) -> bytes:
 
 @dataclass
 class FakeMessagesAPI(LoopbackServer):
-    """Serve ``policy`` on 127.0.0.1; every request body is kept in ``requests``."""
+    """Serve ``policy`` on 127.0.0.1; every request body is kept in ``requests``, and the
+    API key it came with in ``keys``."""
 
     policy: Policy
     requests: list[dict] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -109,6 +111,8 @@ class FakeMessagesAPI(LoopbackServer):
                     self._send(200, "application/json", json.dumps({"input_tokens": 100}).encode())
                     return
                 api.requests.append(body)
+                api.keys.append(self.headers.get("x-api-key") or self.headers.get(
+                    "authorization", "").removeprefix("Bearer ") or None)
                 try:
                     reply = api.policy(body)
                 except Exception as exc:  # reported by the test, not swallowed

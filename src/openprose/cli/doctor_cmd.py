@@ -70,8 +70,14 @@ def check_packages() -> Check:
 
 def check_api_key(root: Path) -> Check:
     from openprose.state import read_env_file
+    from openprose.state.config import untrusted_env_keys
 
     if read_env_file(root).get("ANTHROPIC_API_KEY"):
+        if "ANTHROPIC_API_KEY" in untrusted_env_keys(root):
+            return Check("api key", "fail", "ANTHROPIC_API_KEY in .prose/.env is ignored: the "
+                         "file is committed to git (a key in a repository is its author's, "
+                         "and public)", "export ANTHROPIC_API_KEY, untrack the file (git rm "
+                         "--cached .prose/.env) and revoke the committed key")
         where = ".prose/.env"
     elif os.environ.get("ANTHROPIC_API_KEY"):
         where = "the environment"

@@ -46,13 +46,14 @@ MAX_TOKENS_SETTING = "OPENPROSE_MAX_TOKENS"
 MAX_COST_SETTING = "OPENPROSE_MAX_COST"
 MAX_TURNS_SETTING = "OPENPROSE_MAX_TURNS"
 COMMAND_TIMEOUT = "OPENPROSE_BASH_TIMEOUT"
-#: Settings that carry trust: where the model API (and with it the API key) goes, where run
-#: state goes, the MCP server's bearer token, the limits above, and every ``OPENPROSE_ALLOW_*`` consent and
-#: ``OPENPROSE_PRICE_*`` price (a price of 0 voids a dollar limit). A ``.prose/.env`` that git
-#: tracks came with the repository, so its author does not get to set them.
-TRUST_SETTINGS = frozenset({"ANTHROPIC_BASE_URL", POSTGRES_URL_SETTING, MCP_TOKEN_SETTING,
-                            MAX_TOKENS_SETTING, MAX_COST_SETTING, MAX_TURNS_SETTING,
-                            COMMAND_TIMEOUT})
+#: Settings that carry trust: whose API key sessions run under, where the model API (and with
+#: it the API key) goes, where run state goes, the MCP server's bearer token, the limits above,
+#: and every ``OPENPROSE_ALLOW_*`` consent and ``OPENPROSE_PRICE_*`` price (a price of 0 voids
+#: a dollar limit). A ``.prose/.env`` that git tracks came with the repository, so its author
+#: does not get to set them.
+TRUST_SETTINGS = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", POSTGRES_URL_SETTING,
+                            MCP_TOKEN_SETTING, MAX_TOKENS_SETTING, MAX_COST_SETTING,
+                            MAX_TURNS_SETTING, COMMAND_TIMEOUT})
 TRUST_PREFIXES = ("OPENPROSE_ALLOW_", "OPENPROSE_PRICE_")
 _GIT_TIMEOUT = 5
 _warned: set[tuple[str, tuple[str, ...]]] = set()
