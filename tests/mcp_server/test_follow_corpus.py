@@ -19,8 +19,6 @@ from tests.mcp_server.test_host_walk import SCRIPT as ANSWERS
 SCRIPT = dict(ANSWERS, sessions=FAILING + ANSWERS["sessions"])
 #: Programs the scripted walker cannot step, with the reason (bench/follow.py skips them).
 SKIPPED: dict[str, str] = {
-    "15-inline-sequences.prose": "the scripted walker writes an arrow sequence's result with "
-                                 "the VM token, which the server rightly refuses",
     "19-advanced-parallel.prose": "first/any joins: which branches win depends on timing, so "
                                   "a one-at-a-time walk and prose run differ by design",
     "28-gas-town.prose": "19,002 sessions (prose run alone takes 20 s): too long to walk "

@@ -160,6 +160,9 @@ class ToolHost:
         self.reports = reports  # update_state 'complete' after each session
         self.known: set[str] = set(inputs)
         self.memories: set[str] = set()
+        #: (name, frame) -> value a session's token wrote: the engine binds an arrow
+        #: sequence's result again after its last session, which a host leaves to the session
+        self.by_sessions: dict[tuple[str, int | None], str] = {}
 
     def session_result(self, key: str) -> None:
         return None
@@ -184,6 +187,8 @@ class ToolHost:
         self.known.add(name)
         if kind == "param":  # push_frame wrote the parameters
             return
+        if self.by_sessions.get((name, execution_id)) == to_text(value):
+            return  # the sequence's last session wrote it with its own token
         self.bridge.call("write_binding", token=self.vm, name=name, value=to_text(value),
                          execution_id=execution_id)
 
@@ -253,6 +258,7 @@ class Subagents(Provider):
                                 summary=result.output[:40])
         if spec.binding:
             host.known.add(spec.binding)
+            host.by_sessions[(spec.binding, spec.execution_id)] = result.output
         return result
 
     async def judge(self, request: Any) -> Any:
