@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from mcp import Client
 from tests.mcp_server.guided_host import GuidedHost, scripted
+from tests.mcp_server.tool_host import Bridge, walk
 
 from openprose.cli import cli
 from openprose.mcp_server.server import create_server
@@ -73,6 +74,26 @@ def test_prose_run_guided_and_delegated_report_the_same_outputs(tmp_path):
     assert sorted(o["name"] for o in final["outputs"]) == ["final"]
     assert sorted(o["name"] for o in got["outputs"]) == ["final"]
     assert sorted(o["name"] for o in delegated["outputs"]) == ["final"]
+
+
+def test_an_embodied_run_completes_without_the_output_of_a_branch_not_taken(tmp_path):
+    """complete_run reports the outputs the run wrote, as prose run does; it refused before
+    ("output 'other' has not been written": that output is in the branch not taken)."""
+    root = _project(tmp_path, OUTPUTS)
+    completed: list[dict] = []
+
+    class Completing(Bridge):
+        async def _call(self, tool: str, arguments: dict) -> dict:
+            result = await super()._call(tool, arguments)
+            if tool == "complete_run":
+                completed.append(result)
+            return result
+
+    mcp = create_server(root, home=tmp_path / "home", watch=False)
+    _, status, _ = walk(mcp, {}, OUTPUTS, "p.prose", {"topic": "tides"},
+                        {"default_output": "done", **SCRIPT}, bridge_type=Completing)
+    assert status == completed[0]["status"] == "completed"
+    assert [o["name"] for o in completed[0]["outputs"]] == _prose_run_outputs(root) == ["final"]
 
 
 OPTIONAL = """\

@@ -184,7 +184,7 @@ async def test_write_binding_rules_for_sessions(root: Path) -> None:
         await run.refused("update_state", "the session for 'first' is still pending",
                           "[statement 5, line 12]", vm_token=run.vm, statement="5",
                           status="complete")
-        await run.refused("complete_run", "output 'result' has not been written",
+        await run.refused("complete_run", "the session for 'first' has not written",
                           "the program has not finished; next: write_binding by the pending "
                           "session(s) of 5", vm_token=run.vm)
         first = await run.call("write_binding", token=token, value="tunnels", summary="s")

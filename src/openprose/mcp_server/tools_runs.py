@@ -22,7 +22,6 @@ from openprose.mcp_server.results import (
     CheckerFailure,
     CompleteResult,
     FrameInfo,
-    OutputRef,
     PendingInfo,
     ResumeResult,
     StartResult,
@@ -33,6 +32,7 @@ from openprose.mcp_server.results import (
     compile_errors,
     outline_items,
     reply,
+    run_outputs,
 )
 from openprose.mcp_server.runs import (
     DRIVER_KEY,
@@ -319,16 +319,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             problems += [Refusal("a run completes only when no session is pending",
                                  f"the session for '{p.ref.name}' has not written its binding",
                                  p.statement) for p in driven.pending.values()]
-        outputs = []
-        for name in driven.outline.outputs:
-            if driven.resolve(name, None) is not None:
-                outputs.append(OutputRef(name=name, location=run.binding_location(
-                    BindingRef(name))))
-            elif status == "completed":
-                writers = driven.outline.writers_of(name, None)
-                problems.append(Refusal("a run completes only when its declared outputs are "
-                                        "written", f"output '{name}' has not been written",
-                                        writers[0] if writers else None))
+        # the outputs it wrote (docs/architecture.md): one in a branch not taken is no gap
+        outputs = run_outputs(run, driven.outline)
         if status == "completed":
             problems += [Refusal("a run completes only when every frame was popped",
                                  f"frame {f.execution_id} of block '{f.block}' is still live")
