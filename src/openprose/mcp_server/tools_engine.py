@@ -69,12 +69,12 @@ from openprose.mcp_server.results import (
     compile_errors,
     run_outputs,
 )
-from openprose.mcp_server.runs import DRIVER_KEY, DrivenRun
+from openprose.mcp_server.runs import DRIVER_KEY, GUIDED, DrivenRun
 from openprose.mcp_server.sampling import SamplingProvider
 from openprose.paths import PathRefused, contained
 from openprose.state import BindingRef, StateError, settings
 
-GUIDED, DELEGATED = "guided", "delegated"
+DELEGATED = "delegated"
 #: Journal record of how a delegated run was started (provider, script, concurrency).
 DELEGATION_KEY = "mcp:delegated"
 GUIDED_CONCURRENCY = 8

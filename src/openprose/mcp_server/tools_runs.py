@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -12,7 +12,7 @@ from mcp_types import CallToolResult, ToolAnnotations
 
 from openprose import prompts
 from openprose.engine import inputs as input_rules
-from openprose.language.analysis import analyze
+from openprose.language.analysis import Analysis, analyze
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.prompts import PromptError
 from openprose.mcp_server.prompts import compiled as compiled_program
@@ -38,6 +38,7 @@ from openprose.mcp_server.runs import (
     DRIVER_KEY,
     ENGINE,
     FAILED_NEXT,
+    GUIDED,
     HOST,
     SESSION_PREFIX,
     WRITTEN_ONCE,
@@ -173,6 +174,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         if not compiled.ok or compiled.program is None:
             raise ToolError(compile_errors(compiled.errors))
         outline = analyze(compiled.program, source)
+        if mode == HOST:
+            refuse_unfollowed(outline, ctx.modes)
         given = dict(inputs or {})
         unknown = sorted(set(given) - set(outline.inputs))
         if unknown:
@@ -345,3 +348,17 @@ def abandon(driven: DrivenRun) -> None:
     (its token can write nothing more: the run is no longer live)."""
     for pending in list(driven.pending.values()):
         driven.fail_session(pending, "abandoned: the run finished without it")
+
+
+def refuse_unfollowed(outline: Analysis, modes: dict[str, Any]) -> None:
+    """An embodied run is checked step by step by following its program; the follower does
+    not enter imported programs, so a program that calls one is not offered embodied (its
+    walk through the imported program could not be checked)."""
+    call = next((s for s in outline.statements.values() if s.kind == "call_program"), None)
+    if call is None:
+        return
+    instead = "start_run(program, mode=\"guided\"), where the server runs both programs" \
+        if GUIDED in modes else "run_program, which runs it in the engine"
+    raise Refusal("an embodied run is one the server can follow step by step",
+                  "the program calls an imported program, which an embodied run cannot be "
+                  f"checked inside; use {instead}", call)
