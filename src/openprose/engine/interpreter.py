@@ -49,6 +49,7 @@ from openprose.engine.sessions import shape
 from openprose.engine.values import Value
 from openprose.engine.work_tools import WorkSetup, WorkTools
 from openprose.language import nodes as n
+from openprose.language import paths
 from openprose.language.analysis import NodeVisitor, analyze
 
 
@@ -185,7 +186,7 @@ class Interpreter(NodeVisitor):
     async def body(self, stmts: tuple[n.Node, ...], ctx: Ctx) -> Value:
         value = None
         for i, stmt in enumerate(stmts):
-            value = await self.stmt(stmt, ctx.at(keys.child(ctx.path, i)))
+            value = await self.stmt(stmt, ctx.at(paths.child(ctx.path, i)))
         return value
 
     async def stmt(self, node: n.Node, ctx: Ctx, target: Target | None = None) -> Value:
@@ -312,11 +313,11 @@ class Interpreter(NodeVisitor):
         return values.index(await self.visit(node.obj, ctx), await self.visit(node.index, ctx))
 
     async def v_Array(self, node: n.Array, ctx: Ctx, target: Target | None) -> list[Value]:
-        return [await self.evaluate(item, ctx.at(keys.child(ctx.path, f"a{i}")))
+        return [await self.evaluate(item, ctx.at(paths.item(ctx.path, i)))
                 for i, item in enumerate(node.items)]
 
     async def v_Object(self, node: n.Object, ctx: Ctx, target: Target | None) -> dict:
-        return {e.key: await self.evaluate(e.value, ctx.at(keys.child(ctx.path, f"o{i}")))
+        return {e.key: await self.evaluate(e.value, ctx.at(paths.entry(ctx.path, i)))
                 for i, e in enumerate(node.entries)}
 
     async def v_BinaryOp(self, node: n.BinaryOp, ctx: Ctx, target: Target | None) -> Value:
@@ -334,7 +335,7 @@ class Interpreter(NodeVisitor):
         return -values.to_number(operand)
 
     async def v_Discretion(self, node: n.Discretion, ctx: Ctx, target: Target | None) -> bool:
-        return bool(await self.judge(node, ctx, keys.judgment(ctx.path, 0)))
+        return bool(await self.judge(node, ctx, paths.judgment(ctx.path, 0)))
 
     def lookup(self, scope: Scope, name: str) -> Value:
         """Resolve ``name`` through the scope chain; failing that, a name a finished block
@@ -594,19 +595,19 @@ class Interpreter(NodeVisitor):
 
     async def v_If(self, node: n.If, ctx: Ctx, target: Target | None) -> Value:
         for i, branch in enumerate(node.branches):
-            key = keys.judgment(keys.child(ctx.path, f"if{i}"), 0)
+            key = paths.judgment(paths.condition(ctx.path, i), 0)
             if await self.judge(branch.condition, ctx.at(key), key, stmt=node):
-                return await self.body(branch.body, ctx.at(keys.child(ctx.path, f"b{i}")))
+                return await self.body(branch.body, ctx.at(paths.then_body(ctx.path, i)))
         if node.else_body is not None:
-            return await self.body(node.else_body, ctx.at(keys.child(ctx.path, "else")))
+            return await self.body(node.else_body, ctx.at(paths.else_body(ctx.path)))
         return None
 
     async def v_Choice(self, node: n.Choice, ctx: Ctx, target: Target | None) -> Value:
         labels = tuple(self.interpolate(o.label, ctx.scope) for o in node.options)
-        key = keys.judgment(ctx.path, 0)
+        key = paths.judgment(ctx.path, 0)
         picked = await self.judge(node.criteria, ctx, key, labels, stmt=node)
         i = labels.index(str(picked))
-        return await self.body(node.options[i].body, ctx.at(keys.child(ctx.path, f"o{i}")))
+        return await self.body(node.options[i].body, ctx.at(paths.option(ctx.path, i)))
 
     # ----------------------------------------------------------------------- loops
 
@@ -617,7 +618,7 @@ class Interpreter(NodeVisitor):
             scope = ctx.scope.child(transparent=True)
             if node.index:
                 scope.bind_here(node.index, i, "loop")
-            sub = replace(ctx, scope=scope, path=keys.iteration(ctx.path, i))
+            sub = replace(ctx, scope=scope, path=paths.iteration(ctx.path, i))
             results.append(await self.body(node.body, sub))
         return results
 
@@ -629,7 +630,7 @@ class Interpreter(NodeVisitor):
             scope.bind_here(node.item, item, "loop")
             if node.index:
                 scope.bind_here(node.index, i, "loop")
-            sub = replace(ctx, scope=scope, path=keys.iteration(ctx.path, i))
+            sub = replace(ctx, scope=scope, path=paths.iteration(ctx.path, i))
             return await self.body(node.body, sub)
 
         if node.parallel:
@@ -645,7 +646,7 @@ class Interpreter(NodeVisitor):
             if node.max is not None and i >= node.max:
                 break
             if node.mode is not None and node.condition is not None:
-                key = keys.judgment(ctx.path, i)
+                key = paths.judgment(ctx.path, i)
                 held = await self.judge(node.condition, ctx.at(key), key, round_=i, last=last,
                                         stmt=node)
                 if (node.mode == "until") == bool(held):
@@ -656,7 +657,7 @@ class Interpreter(NodeVisitor):
             scope = ctx.scope.child(transparent=True)
             if node.index:
                 scope.bind_here(node.index, i, "loop")
-            sub = replace(ctx, scope=scope, path=keys.iteration(ctx.path, i))
+            sub = replace(ctx, scope=scope, path=paths.iteration(ctx.path, i))
             last = await self.body(node.body, sub)
             results.append(last)
             i += 1
@@ -667,14 +668,14 @@ class Interpreter(NodeVisitor):
     async def v_Pipeline(self, node: n.Pipeline, ctx: Ctx, target: Target | None) -> Value:
         current: Value = values.items_of(await self.visit(node.source, ctx))
         for k, op in enumerate(node.ops):
-            path = keys.child(ctx.path, f"p{k}")
+            path = paths.stage(ctx.path, k)
             current = await self.pipe(op, current, ctx.at(path))
         return current
 
     async def pipe(self, op: n.PipeOp, items: list[Value], ctx: Ctx) -> Value:
         def run(i: int, **variables: Value) -> Any:
             sub = replace(ctx, scope=ctx.scope.child(**variables),
-                          path=keys.iteration(ctx.path, i))
+                          path=paths.iteration(ctx.path, i))
             return self.body(op.body, sub)
 
         if op.kind == "reduce":
@@ -703,7 +704,7 @@ class Interpreter(NodeVisitor):
         later (50 ms at most): the wave after next is prepared while this one waits on the
         model, not while the event loop is handing this one's slots over."""
         outcome = await join(makers, on_cancel=lambda i: self.cancelled(
-            keys.iteration(ctx.path, i), node), window=2 * self.options.max_concurrency,
+            paths.iteration(ctx.path, i), node), window=2 * self.options.max_concurrency,
             refill_delay=lambda: min(self.totals.typical_call / 4, 0.05))
         return [outcome.values.get(i) for i in range(len(makers))]
 
@@ -713,7 +714,7 @@ class Interpreter(NodeVisitor):
 
     async def v_Parallel(self, node: n.Parallel, ctx: Ctx, target: Target | None) -> Value:
         def make(i: int, branch: n.Branch) -> Callable[[], Any]:
-            sub = ctx.at(keys.branch(ctx.path, i))
+            sub = ctx.at(paths.branch(ctx.path, i))
             if branch.name is None:
                 return lambda: self.stmt(branch.body, sub)
             body = branch.body.expr if isinstance(branch.body, n.ExprStmt) else branch.body
@@ -722,7 +723,7 @@ class Interpreter(NodeVisitor):
         branches = [make(i, b) for i, b in enumerate(node.branches)]
 
         def on_cancel(i: int) -> None:
-            self.cancelled(keys.branch(ctx.path, i), node.branches[i])
+            self.cancelled(paths.branch(ctx.path, i), node.branches[i])
 
         decided = None
         if node.join in ("first", "any"):  # which branches win depends on timing
@@ -745,7 +746,7 @@ class Interpreter(NodeVisitor):
 
     async def v_Try(self, node: n.Try, ctx: Ctx, target: Target | None) -> Value:
         try:
-            value = await self.body(node.body, ctx.at(keys.child(ctx.path, "try")))
+            value = await self.body(node.body, ctx.at(paths.try_body(ctx.path)))
         except ProgramError as err:
             if node.catch_body is None:
                 await self.run_finally(node, ctx)
@@ -753,7 +754,7 @@ class Interpreter(NodeVisitor):
             scope = ctx.scope.child(transparent=True)
             if node.catch_name:
                 scope.bind_here(node.catch_name, err.message, "error")
-            sub = replace(ctx, scope=scope, path=keys.child(ctx.path, "catch"), error=err)
+            sub = replace(ctx, scope=scope, path=paths.catch_body(ctx.path), error=err)
             try:
                 value = await self.body(node.catch_body, sub)
             except ProgramError:
@@ -764,7 +765,7 @@ class Interpreter(NodeVisitor):
 
     async def run_finally(self, node: n.Try, ctx: Ctx) -> None:
         if node.finally_body is not None:
-            await self.body(node.finally_body, ctx.at(keys.child(ctx.path, "finally")))
+            await self.body(node.finally_body, ctx.at(paths.finally_body(ctx.path)))
 
     async def v_Throw(self, node: n.Throw, ctx: Ctx, target: Target | None) -> None:
         if node.message is None:
@@ -783,7 +784,7 @@ class Interpreter(NodeVisitor):
         last = len(node.steps) - 1
         for i, step in enumerate(node.steps):
             name, kind = (target.name, target.kind) if target and i == last else (None, "let")
-            value = await self.evaluate(step, ctx.at(keys.child(ctx.path, f"s{i}")),
+            value = await self.evaluate(step, ctx.at(paths.sequence_step(ctx.path, i)),
                                         Target(name, kind, value))
         return value
 
@@ -799,7 +800,7 @@ class Interpreter(NodeVisitor):
         limit = block.depth_limit
         if depth > limit:
             raise RecursionLimitExceeded(f"block '{block.name}' exceeded max_depth {limit}")
-        path = keys.call(ctx.path, block.name)
+        path = paths.call(ctx.path, block.name)
         bound = dict(zip(block.params, args, strict=True))
         eid = self.journal.push_frame(block.name, bound, ctx.execution_id, limit, path)
         scope = Scope(parent=ctx.scope, execution_id=eid)
@@ -832,7 +833,7 @@ class Interpreter(NodeVisitor):
             self.provider, file=imported.file, inputs=args, imports=imported.imports,
             options=self.options,
             semaphore=self.semaphore, totals=self.totals,
-            root_path=keys.call(ctx.path, node.callee))
+            root_path=paths.call(ctx.path, node.callee))
         try:
             return await child.run()
         except MissingInput as err:

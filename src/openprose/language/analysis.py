@@ -5,15 +5,10 @@ definition it sits in and the construct around it; for the program: its inputs a
 its agents with their settings (defaults applied), its blocks and a symbol table (where each
 name is defined and where it is referenced).
 
-Paths are the static part of the engine's resume keys (``openprose.engine.keys``), so the same
-program always gets the same paths: ``3`` is the fourth top-level statement, ``3.try.0`` the
-first statement of its ``try`` body, ``3.catch.0``/``3.finally.0`` the other bodies, ``4|1``
-the second branch of a ``parallel``, ``5.0`` the first statement of a loop body, ``6.if1`` the
-``elif`` condition of an ``if`` and ``6.b1.0`` the first statement under it (``6.else.0``
-under ``else``), ``7.o0.0`` under a ``choice`` option, ``8.s1`` the second step of an arrow
-``->`` sequence, ``9.p0.0`` inside a pipeline stage, and ``review.0`` the first statement of
-``block review``. The engine appends only what happens at run time: ``[i]`` for an iteration,
-``>name`` for a block call, ``?n`` for a judgment round.
+Paths are the static part of the engine's resume keys, built with the one definition of the
+format (:mod:`openprose.language.paths`), so the same program always gets the same paths:
+``3`` is the fourth top-level statement, ``3.try.0`` the first statement of its ``try`` body,
+``review.0`` the first statement of ``block review``.
 
 Walkers over the syntax tree derive from :class:`NodeVisitor`.
 """
@@ -26,7 +21,6 @@ from typing import Any, ClassVar
 
 from openprose.language import nodes as n
 from openprose.language import paths
-from openprose.language.paths import child
 
 #: kinds of statement that spawn a session
 SESSION_KINDS = frozenset({"session", "resume"})
@@ -232,7 +226,7 @@ class _Statements(NodeVisitor):
     def body(self, stmts: tuple[n.Node, ...], path: str, block: str | None,
              parent: str | None) -> None:
         for i, stmt in enumerate(stmts):
-            self.visit(stmt, child(path, i), block, parent)
+            self.visit(stmt, paths.child(path, i), block, parent)
 
     # statements -----------------------------------------------------------------------
     def visit_BlockDef(self, node: n.BlockDef, sid: str, block: str | None,
@@ -306,7 +300,7 @@ class _Statements(NodeVisitor):
                      binding_kind=binding_kind)
             last = len(node.steps) - 1
             for i, step in enumerate(node.steps):
-                self.value(step, child(sid, f"s{i}"), block, sid, binds if i == last else None,
+                self.value(step, paths.sequence_step(sid, i), block, sid, binds if i == last else None,
                            binding_kind if i == last else None)
             return
         kind, judged = _compound_kind(node)
@@ -342,28 +336,28 @@ class _Bodies(NodeVisitor):
     visit_Repeat = visit_For = visit_DoBlock = visit_Loop
 
     def visit_Try(self, node: n.Try, sid: str, block: str | None) -> None:
-        self.walker.body(node.body, child(sid, "try"), block, sid)
+        self.walker.body(node.body, paths.try_body(sid), block, sid)
         if node.catch_body is not None:
-            self.walker.body(node.catch_body, child(sid, "catch"), block, sid)
+            self.walker.body(node.catch_body, paths.catch_body(sid), block, sid)
         if node.finally_body is not None:
-            self.walker.body(node.finally_body, child(sid, "finally"), block, sid)
+            self.walker.body(node.finally_body, paths.finally_body(sid), block, sid)
 
     def visit_If(self, node: n.If, sid: str, block: str | None) -> None:
         for i, branch in enumerate(node.branches):
-            self.walker.add(child(sid, f"if{i}"), "condition", branch.condition, block, sid,
+            self.walker.add(paths.condition(sid, i), "condition", branch.condition, block, sid,
                             judged=_judged(branch.condition))
-            self.walker.body(branch.body, child(sid, f"b{i}"), block, sid)
+            self.walker.body(branch.body, paths.then_body(sid, i), block, sid)
         if node.else_body is not None:
-            self.walker.body(node.else_body, child(sid, "else"), block, sid)
+            self.walker.body(node.else_body, paths.else_body(sid), block, sid)
 
     def visit_Choice(self, node: n.Choice, sid: str, block: str | None) -> None:
         for i, option in enumerate(node.options):
-            self.walker.body(option.body, child(sid, f"o{i}"), block, sid)
+            self.walker.body(option.body, paths.option(sid, i), block, sid)
 
     def visit_Pipeline(self, node: n.Pipeline, sid: str, block: str | None) -> None:
         for k, op in enumerate(node.ops):
-            self.walker.constructs[child(sid, f"p{k}")] = op
-            self.walker.body(op.body, child(sid, f"p{k}"), block, sid)
+            self.walker.constructs[paths.stage(sid, k)] = op
+            self.walker.body(op.body, paths.stage(sid, k), block, sid)
 
     def generic_visit(self, node: n.Node, *args: Any, **kwargs: Any) -> None:
         return None

@@ -106,7 +106,7 @@ def _end_line(statement: Statement, statements: dict[str, Statement]) -> int:
     """A condition stands for its whole branch: the condition and the body under it."""
     if statement.kind != "condition" or statement.parent is None:
         return statement.end_line
-    body = paths.child(statement.parent, "b" + statement.id.rsplit(".if", 1)[1]) + "."
+    body = paths.condition_body(statement.id) + "."
     return max([statement.end_line, *(s.end_line for s in statements.values()
                                       if s.id.startswith(body))])
 
