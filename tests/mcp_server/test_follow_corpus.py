@@ -23,10 +23,6 @@ SKIPPED: dict[str, str] = {
                                   "a one-at-a-time walk and prose run differ by design",
     "28-gas-town.prose": "19,002 sessions (prose run alone takes 20 s): too long to walk "
                          "through the tools here",
-    "45-plugin-release.prose": "an input declared deep in the program: start_run writes the "
-                               "given inputs at once, prose run when it reaches them",
-    "48-habit-miner.prose": "inputs declared deep in the program (as 45)",
-    "47-language-self-improvement.prose": "an input declared deep in the program (as 45)",
 }
 #: Between them: sequences, if/elif/else, choice, judged and counted loops, for, parallel,
 #: blocks (recursive too), try/catch/finally with failing sessions, persistent agents.

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from mcp import Client
 from tests.mcp_server.guided_host import GuidedHost, scripted
+from tests.mcp_server.host import Host
 from tests.mcp_server.tool_host import Bridge, walk
 
 from openprose.cli import cli
@@ -94,6 +95,78 @@ def test_an_embodied_run_completes_without_the_output_of_a_branch_not_taken(tmp_
                         {"default_output": "done", **SCRIPT}, bridge_type=Completing)
     assert status == completed[0]["status"] == "completed"
     assert [o["name"] for o in completed[0]["outputs"]] == _prose_run_outputs(root) == ["final"]
+
+
+# An input declared deep in the program, one in the branch the run takes and one in the
+# branch it does not: every mode binds each when the run reaches it (engine.inputs).
+DEEP = """\
+input topic: "what to plan"
+let plan = session "Plan {topic}"
+if **the plan is good**:
+  input approval: "Approve {plan}?"
+  output shipped = session "Ship {approval}"
+else:
+  input reason: "Why not?"
+  output reworked = session "Rework {reason}"
+"""
+GIVEN = {"topic": "tides", "approval": "yes", "reason": "none"}
+
+
+def _record(root: Path, run_id: str) -> tuple[list, list[str]]:
+    """The run's given inputs and the bindings it wrote, in the order it wrote them."""
+    entries = [json.loads(line) for line in
+               (root / ".prose" / "runs" / run_id / "journal.jsonl").read_text().splitlines()]
+    given = [e["value"] for e in entries if e.get("key") == "run:inputs"]
+    return given, [e["binding"][0] for e in entries if e.get("binding")]
+
+
+def test_every_mode_binds_an_input_when_the_run_reaches_it(tmp_path):
+    """start_run bound every given input at once before (``reason``, in the branch not
+    taken, too, and ``approval`` ahead of the session before it)."""
+    root = _project(tmp_path, DEEP)
+    given = [arg for name, value in GIVEN.items() for arg in ("--input", f"{name}={value}")]
+    ran = CliRunner().invoke(cli, ["run", str(root / "p.prose"), "--provider", "scripted",
+                                   "--script", str(root / "s.json"), "--json", "--project",
+                                   str(root), *given])
+    assert json.loads(ran.stdout)["status"] == "completed", ran.output
+    [engine_run] = [p.name for p in (root / ".prose" / "runs").iterdir()]
+    script = {"default_output": "done: first point", **SCRIPT}
+    mcp = create_server(root, home=tmp_path / "home", watch=False)
+    embodied, status, _ = walk(mcp, {}, DEEP, "p.prose", GIVEN, script)
+    assert status == "completed"
+
+    async def guided() -> str:
+        server = create_server(root, home=tmp_path / "home", watch=False)
+        async with Client(server) as client:
+            host = GuidedHost(client, server, scripted(SCRIPT))
+            run_id, vm_token = await host.start("p.prose", GIVEN)
+            assert (await host.walk(vm_token))["status"] == "completed"
+        return run_id
+
+    guided_run = anyio.run(guided)
+    expected = ([GIVEN], ["topic", "plan", "approval", "shipped"])
+    assert _record(root, engine_run) == expected
+    assert _record(root, embodied) == expected
+    assert _record(root, guided_run) == expected
+
+
+async def test_an_embodied_input_written_before_the_program_reaches_it_is_kept(tmp_path):
+    """A host that asks the user for every missing input at the start writes ``approval``
+    before the program reaches it: the follower takes it when it gets there (before, it
+    waited for a write that had already happened and granted nothing more)."""
+    root = _project(tmp_path, DEEP)
+    async with Client(create_server(root, home=tmp_path / "home", watch=False)) as client:
+        host = Host(client)
+        started = await host.call("start_run", program="p.prose", inputs={"topic": "tides"})
+        vm = started["vm_token"]
+        await host.call("write_binding", token=vm, name="approval", value="yes")
+        plan = await host.call("spawn_session", vm_token=vm, statement="1")
+        await host.call("write_binding", token=plan["session_token"], value="a plan")
+        await host.call("record_verdict", vm_token=vm, statement="2.if0", value=True,
+                        reason="good")
+        ship = await host.call("spawn_session", vm_token=vm, statement="2.b0.1")
+        brief = await host.call("get_brief", token=ship["session_token"])
+    assert brief["task"] == "Ship yes"
 
 
 OPTIONAL = """\

@@ -1,4 +1,10 @@
-"""Program inputs: which must be given before a run starts, and which may be left out.
+"""Program inputs: when they are bound, which must be given before a run starts, and which
+may be left out.
+
+An input is bound when execution reaches its declaration, in every mode (seed 001 binds a
+supplied value there, or pauses there for one): to the value the caller gave (recorded as
+the run's given inputs when it starts or resumes, :func:`openprose.engine.runner.record_given`),
+else to the answer to asking for it. An input in a branch the run does not take is never bound.
 
 Inputs declared ahead of the first executable statement are needed up front: a run that
 cannot ask for them is refused before it exists, naming every missing one at once. An input

@@ -159,9 +159,7 @@ def resume_job(run_id: str, project_root: Path, backend: str | None,
         if not result.ok or result.program is None:
             raise ResumeMismatch(f"the program of run {run_id} no longer compiles")
         imports = load_imports(result.program, where, project_root)
-        declared = {decl.name for decl in result.program.inputs}
-        inputs = {name: value for name, value in given_inputs(run).items() if name in declared}
-        inputs.update(recorded_inputs(run, result.program))
+        inputs = run_inputs(run, result.program)
         recorded = run_settings(run)
     except BaseException as err:
         if driver is not None:
@@ -191,6 +189,24 @@ def given_inputs(run: state.Run) -> dict[str, Value]:
     """The input values ``run`` was given when started or resumed (recorded as given)."""
     entry = run.journal(INPUTS_KEY)
     return dict(entry.value) if entry is not None and isinstance(entry.value, dict) else {}
+
+
+def record_given(run: state.Run, inputs: dict[str, Value]) -> None:
+    """Record ``inputs`` as given to ``run`` (added to those given before). Every mode gives
+    inputs this way and none binds them here: each input is bound when execution reaches its
+    declaration (:mod:`openprose.engine.inputs`)."""
+    given = given_inputs(run)
+    if any(given.get(name, _UNSET) != value for name, value in inputs.items()):
+        run.record_result(INPUTS_KEY, status="inputs", value={**given, **inputs})
+
+
+def run_inputs(run: state.Run, program: n.Program) -> dict[str, Value]:
+    """The input values ``run`` has for ``program``: those given (bound or not yet reached)
+    and those bound from an answer."""
+    declared = {decl.name for decl in program.inputs}
+    inputs = {name: value for name, value in given_inputs(run).items() if name in declared}
+    inputs.update(recorded_inputs(run, program))
+    return inputs
 
 
 def read_source(path: Path) -> str:
@@ -273,9 +289,7 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
         if how != job.recorded:
             run.record_result(SETTINGS_KEY, status="settings", meta=how)
             job.recorded = how
-    given = given_inputs(run)
-    if any(given.get(name, _UNSET) != value for name, value in job.inputs.items()):
-        run.record_result(INPUTS_KEY, status="inputs", value={**given, **job.inputs})
+    record_given(run, job.inputs)
     if on_start is not None:
         on_start(run.id)
     # A resumed run's state.md changes from its first new session or verdict on: replaying

@@ -271,7 +271,7 @@ class StateJournal:
     def bind(self, name: str, value: Value, kind: str, execution_id: int | None,
              source: str) -> None:
         if kind == "input" and self._holds(state.BindingRef(name, execution_id), value):
-            return  # given before the engine started (a guided run's start_run): once is enough
+            return  # bound before (a resume reaches it again): once is enough
         self.run.write_binding(state.BindingRef(name, execution_id), to_text(value),
                                kind if kind in _KINDS else "let", source)
 

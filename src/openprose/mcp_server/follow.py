@@ -28,6 +28,7 @@ from openprose.language import nodes as n
 from openprose.language.analysis import Analysis, Statement
 from openprose.mcp_server.guided import HostProvider, ItemRefused, JudgmentItem, SessionItem
 from openprose.mcp_server.refusal import Refusal
+from openprose.state import BindingRef
 
 #: Event-loop turns without progress after which the interpreter is taken to wait on the host
 #: (every step between two of its waits is in memory: a few turns for task hand-overs).
@@ -175,6 +176,11 @@ class _Journal:
     def bind(self, name: str, value: Value, kind: str, execution_id: int | None,
              source: str) -> None:
         self.follower.bound.setdefault(name, []).append(execution_id)
+        host = self.follower.host_eid(execution_id)
+        # in a block frame the host has not pushed yet, the host's own write binds it
+        if kind == "input" and self.follower.on_input is not None \
+                and (execution_id is None or host is not None):
+            self.follower.on_input(BindingRef(name, host), to_text(value), source)
         self.follower.moved()
 
     def reuse(self, name: str, value: Value, kind: str, execution_id: int | None,
@@ -231,13 +237,16 @@ class Follower:
     journal: _Journal | None = None
     #: Called once the program has failed (the run re-renders state.md to show it).
     on_failure: Callable[[], None] | None = None
+    #: Called when the program reaches an input, with its value: the run binds it then.
+    on_input: Callable[[BindingRef, str, str], None] | None = None
+    answers: dict[str, str] = field(default_factory=dict)  # inputs written before reached
 
     @classmethod
     def start(cls, program: n.Program, source: str, file: str, outline: Analysis,
               inputs: dict[str, str], has_memory: Callable[[str], bool],
-              replay: Replay | None = None, on_failure: Callable[[], None] | None = None
-              ) -> Follower:
-        follower = cls(outline, on_failure=on_failure)
+              replay: Replay | None = None, on_failure: Callable[[], None] | None = None,
+              on_input: Callable[[BindingRef, str, str], None] | None = None) -> Follower:
+        follower = cls(outline, on_failure=on_failure, on_input=on_input)
         follower.journal = _Journal(follower, has_memory, replay or Replay())
         options = Options(max_concurrency=FAN_OUT, sleep=_no_sleep, ask=follower.ask,
                           listener=follower.observe)
@@ -290,6 +299,8 @@ class Follower:
 
     def ask(self, name: str, prompt: str) -> asyncio.Future[str]:
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        if name in self.answers:  # the host wrote it before the program reached it
+            future.set_result(self.answers[name])
         self.asked[name] = future
         self.moved()
         return future
@@ -515,6 +526,9 @@ class Follower:
             call.closed = True
 
     async def input_written(self, name: str, value: str) -> None:
+        """An input's value from the host or the caller: the program's ask for it is
+        answered, now or when the program reaches it."""
+        self.answers[name] = value
         future = self.asked.get(name)
         if future is not None and not future.done():
             future.set_result(value)

@@ -20,6 +20,7 @@ the server checks calls against: the outline, live sessions, statement statuses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import secrets
@@ -30,6 +31,7 @@ from typing import Any
 
 from openprose.engine.briefs import Brief
 from openprose.engine.journal import Recorded
+from openprose.engine.runner import run_inputs
 from openprose.language import compile as compile_program
 from openprose.language.analysis import Agent, Analysis, Statement, analyze
 from openprose.language.nodes import Program
@@ -316,8 +318,9 @@ class DrivenRun:
         if any(s.kind == "call_program" for s in self.outline.statements.values()):
             return
         self.follower = Follower.start(
-            program, self.run.program_source, self.file, self.outline, self.recorded_inputs(),
-            self.has_memory, self.replay(), on_failure=self.render)
+            program, self.run.program_source, self.file, self.outline,
+            run_inputs(self.run, program), self.has_memory, self.replay(),
+            on_failure=self.render, on_input=self.bind_input)
 
     def follow_again(self) -> None:
         """resume_run of a running run whose followed program failed: a fresh follower
@@ -332,10 +335,13 @@ class DrivenRun:
             self.follow(result.program)
         self.render()
 
-    def recorded_inputs(self) -> dict[str, str]:
-        return {ref.name: self.run.read_binding(ref).value
-                for ref, kind in self.run.binding_index()
-                if kind == "input" and ref.execution_id is None}
+    def bind_input(self, ref: BindingRef, value: str, source: str) -> None:
+        """An input the followed program has reached: bound then, as the engine binds it
+        (engine.inputs), unless the host's write (of an answer) bound it already."""
+        with contextlib.suppress(NotFoundError):
+            if self.run.read_binding(ref).value == value:
+                return
+        self.run.write_binding(ref, value, "input", source)
 
     def replay(self) -> Replay:
         """What the followed run did before (see :class:`~.follow.Replay`), from the

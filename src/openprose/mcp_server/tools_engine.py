@@ -29,7 +29,7 @@ from openprose.engine import EngineError, Provider, ProviderUnavailable
 from openprose.engine import inputs as input_rules
 from openprose.engine.events import Event
 from openprose.engine.permissions import Consent
-from openprose.engine.runner import make_provider
+from openprose.engine.runner import make_provider, record_given, run_inputs
 from openprose.language import nodes as n
 from openprose.language.analysis import Analysis, analyze
 from openprose.mcp_server.briefing import GUIDED_TOOLS, START, brief_reply
@@ -72,7 +72,7 @@ from openprose.mcp_server.results import (
 from openprose.mcp_server.runs import DRIVER_KEY, GUIDED, DrivenRun
 from openprose.mcp_server.sampling import SamplingProvider
 from openprose.paths import PathRefused, contained
-from openprose.state import BindingRef, StateError, settings
+from openprose.state import StateError, settings
 
 DELEGATED = "delegated"
 #: Journal record of how a delegated run was started (provider, script, concurrency).
@@ -202,8 +202,7 @@ def _missing(driven: DrivenRun) -> list[str]:
     optional) that the run has no value for."""
     program = driven.outline.program
     assert program is not None
-    given = {name for name in driven.outline.inputs if driven.resolve(name, None) is not None}
-    return [name for name, _ in input_rules.missing(program, dict.fromkeys(given))]
+    return [name for name, _ in input_rules.missing(program, run_inputs(driven.run, program))]
 
 
 class GuidedRoute:
@@ -546,10 +545,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
         except StateError as exc:
             await engine.aclose()
             raise ToolError(f"run_program: the {state} state backend: {exc}") from None
-        for decl in parsed.inputs:
-            if decl.name in given:
-                created.write_binding(BindingRef(decl.name), given[decl.name], "input",
-                                      f"input {decl.name}")
+        record_given(created, given)  # each is bound when the program reaches it
         created.record_result(DELEGATION_KEY, status="delegated",
                               meta={"provider": name, "script": script,
                                     "max_concurrency": max_concurrency})

@@ -12,6 +12,7 @@ from mcp_types import CallToolResult, ToolAnnotations
 
 from openprose import prompts
 from openprose.engine import inputs as input_rules
+from openprose.engine.runner import record_given, run_inputs
 from openprose.language.analysis import Analysis, analyze
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.prompts import PromptError
@@ -195,12 +196,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             raise ToolError(f"start_run: the {backend} state backend: {exc}") from None
         driven = DrivenRun(run, outline, file, mode, None, holder=lock)
         token = record_driver(driven, mode, client_name(context))
-        for decl in compiled.program.inputs:
-            if decl.name in given:
-                statement = next(s for s in outline.statements.values()
-                                 if s.kind == "input" and s.binds == decl.name)
-                run.write_binding(BindingRef(decl.name), given[decl.name], "input",
-                                  statement.source)
+        record_given(run, given)  # each is bound when the program reaches it, as in prose run
         if mode == HOST:
             driven.follow(compiled.program)
         driven.render()
@@ -208,7 +204,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         extra = None
         if mode != HOST:
             extra = await ctx.modes[mode].started(ctx, driven, {"inputs": given})
-        await ctx.changed(run.id, sorted(given))
+        await ctx.changed(run.id)
         missing = [name for name in outline.inputs if name not in given] if mode == HOST \
             else [name for name, _ in input_rules.missing(compiled.program, given)]
         stepped = mode == HOST  # only a host that steps the run reads its outline
@@ -270,9 +266,11 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 declared = ", ".join(driven.outline.inputs) or "none"
                 raise Refusal("inputs are the names the program declares with 'input'",
                               f"unknown input(s) {', '.join(unknown)} (declared: {declared})")
-            bound = dict(driven.run.binding_index())
-            for name in [name for name in given if bound.get(BindingRef(name)) == "input"]:
-                if driven.run.read_binding(BindingRef(name)).value != given.pop(name):
+            program = driven.outline.program
+            assert program is not None
+            has = run_inputs(driven.run, program)
+            for name in [name for name in given if name in has]:
+                if has[name] != given.pop(name):
                     raise Refusal(WRITTEN_ONCE["input"], f"'{name}' already has its value; "
                                   "resume_run's inputs are the ones still missing")
         except Refusal:
@@ -281,10 +279,10 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             if driven.run.status != "running":  # nor open files of a finished run
                 ctx.catalog.release(run_id)
             raise
-        for name, value in given.items():
-            statement = next(s for s in driven.outline.statements.values()
-                             if s.kind == "input" and s.binds == name)
-            driven.run.write_binding(BindingRef(name), value, "input", statement.source)
+        record_given(driven.run, given)  # bound when the program reaches them
+        if driven.follower is not None:
+            for name, value in given.items():
+                await driven.follower.input_written(name, value)
         mode = HOST if driven.mode == ENGINE else driven.mode
         token = record_driver(driven, mode, client_name(context),
                               taking_over=known is not None and known.driver is not None)

@@ -17,6 +17,7 @@ from openprose.engine.permissions import (
     grant_fields,
     permissions_for,
 )
+from openprose.engine.runner import given_inputs
 from openprose.language import nodes as n
 from openprose.language.analysis import SESSION_KINDS, Agent, Statement
 from openprose.mcp_server.briefing import EMBODIED_TOOLS, START, brief_reply
@@ -479,6 +480,10 @@ async def _vm_write(ctx: ServerContext, token: str, name: str, value: str, copy_
                           f"no binding '{copy_of}' is visible from "
                           + (f"frame {eid}" if eid else "the top level"), statement)
         value = found.value
+    given = given_inputs(driven.run).get(name) if statement.kind == "input" else None
+    if given is not None and given != value:  # bound to it once the program reaches it
+        raise Refusal(WRITTEN_ONCE["input"],
+                      f"'{name}' is an input the caller gave another value", statement)
     existing = dict(driven.run.binding_index()).get(ref)
     if existing in WRITTEN_ONCE:  # the same value again is a resend: nothing to write
         with state_errors("write_binding", statement):
