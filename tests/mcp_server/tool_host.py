@@ -33,9 +33,12 @@ from openprose.engine.provider import Provider, SessionRequest, SessionResult, U
 from openprose.engine.scripted import ScriptedProvider
 from openprose.engine.values import to_text
 from openprose.language import compile_or_raise
+from openprose.language import nodes as n
 from openprose.mcp_server.follow import round_of, statement_of
 
 EID: contextvars.ContextVar[int | None] = contextvars.ContextVar("eid", default=None)
+#: The name an arrow sequence ending in a session binds, while the interpreter binds it.
+SEQUENCE: contextvars.ContextVar[str | None] = contextvars.ContextVar("sequence", default=None)
 
 
 class Refused(AssertionError):
@@ -160,9 +163,6 @@ class ToolHost:
         self.reports = reports  # update_state 'complete' after each session
         self.known: set[str] = set(inputs)
         self.memories: set[str] = set()
-        #: (name, frame) -> value a session's token wrote: the engine binds an arrow
-        #: sequence's result again after its last session, which a host leaves to the session
-        self.by_sessions: dict[tuple[str, int | None], str] = {}
 
     def session_result(self, key: str) -> None:
         return None
@@ -187,7 +187,7 @@ class ToolHost:
         self.known.add(name)
         if kind == "param":  # push_frame wrote the parameters
             return
-        if self.by_sessions.get((name, execution_id)) == to_text(value):
+        if SEQUENCE.get() == name:
             return  # the sequence's last session wrote it with its own token
         self.bridge.call("write_binding", token=self.vm, name=name, value=to_text(value),
                          execution_id=execution_id)
@@ -258,7 +258,6 @@ class Subagents(Provider):
                                 summary=result.output[:40])
         if spec.binding:
             host.known.add(spec.binding)
-            host.by_sessions[(spec.binding, spec.execution_id)] = result.output
         return result
 
     async def judge(self, request: Any) -> Any:
@@ -266,6 +265,16 @@ class Subagents(Provider):
 
 
 class HostInterpreter(Interpreter):
+    async def bind(self, name: str, kind: str, expr: Any, stmt: Any, ctx: Any) -> Any:
+        """``let x = a -> session b``: the engine binds ``x`` again after ``b`` wrote it; a
+        host leaves it to the session, which wrote it with its own token."""
+        arrow = isinstance(expr, n.Arrow) and isinstance(expr.steps[-1], n.Session)
+        token = SEQUENCE.set(name if arrow else None)
+        try:
+            return await super().bind(name, kind, expr, stmt, ctx)
+        finally:
+            SEQUENCE.reset(token)
+
     async def judge(self, node: Any, ctx: Any, key: str, *args: Any, **kwargs: Any
                     ) -> bool | str:
         EID.set(ctx.execution_id)  # record_verdict names the frame the condition is in
