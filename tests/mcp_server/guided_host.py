@@ -21,7 +21,7 @@ from openprose.state import open_store
 # Program name → script: failures where the program handles them, verdicts for its loops.
 # Together: parallel all/first/any with a count and each on-fail policy (19), pipelines (21),
 # try/catch (22), retry with backoff (23), choices and conditions (25), recursion (41), loops
-# ended by judgments (20).
+# ended by judgments (20), inputs declared deep in the program (45, 47).
 CASES = {
     # Latencies order the races of prose run the way the host answers: in branch order.
     "19-advanced-parallel.prose": {"sessions": [
@@ -40,6 +40,10 @@ CASES = {
                               "choices": [{"match": ".", "verdicts": []}]},
     "41-rlm-divide-conquer.prose": {"conditions": [{"match": ".", "verdicts": [False]}]},
     "20-fixed-loops.prose": {"conditions": [{"match": ".", "verdicts": [False, False, True]}]},
+    # Inputs declared deep in the program, in a branch the run does not take (bound only
+    # when reached), and an output in such a branch (47).
+    "45-plugin-release.prose": {},
+    "47-language-self-improvement.prose": {},
 }
 
 

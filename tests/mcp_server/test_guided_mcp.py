@@ -25,6 +25,7 @@ from tests.mcp_server.guided_host import (
 from tests.mcp_server.host import ERAS
 
 from openprose.engine import runner
+from openprose.engine.values import to_text
 from openprose.mcp_server.server import create_server
 
 pytestmark = pytest.mark.anyio
@@ -64,7 +65,7 @@ async def test_guided_walk_equals_prose_run(name, era, tmp_path):
     if expected.status == "completed":
         assert sorted(o["name"] for o in final.get("outputs", [])) == sorted(expected.outputs)
         assert {o["name"]: got[(o["name"], None)] for o in final.get("outputs", [])} == {
-            k: str(v) for k, v in expected.outputs.items()}
+            k: to_text(v) for k, v in expected.outputs.items()}  # as bindings hold it
     for reply in host.replies:  # confirmations name where a value is, never the value
         assert "done: first point" not in reply["_text"]
 
