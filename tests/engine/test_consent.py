@@ -7,15 +7,12 @@ import json
 import os
 import pty
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.engine.test_interactive import _read_until
+from tests.engine.terminal import PROSE, on_terminal, read_until
 
 from openprose.engine.sandbox import detect
-
-PROSE = str(Path(sys.executable).with_name("prose"))
 
 PROGRAM = '''\
 agent builder:
@@ -55,28 +52,19 @@ def _project(tmp_path: Path) -> Path:
                     reason="no OS sandbox here (install bubblewrap)")
 def test_the_terminal_is_asked_and_always_covers_the_rest_of_the_run(tmp_path):
     root = _project(tmp_path)
-    parent, child = pty.openpty()
-    proc = subprocess.Popen(
-        [PROSE, "run", "p.prose", "--provider", "scripted", "--script", "s.yaml"],
-        cwd=root, stdin=child, stdout=child, stderr=child, close_fds=True,
-        env={**os.environ, "TERM": "dumb", "COLUMNS": "100"})
-    os.close(child)
-    try:
-        seen = _read_until(parent, b"[a]lways for this agent in this run")
+    with on_terminal(["run", "p.prose", "--provider", "scripted", "--script", "s.yaml"],
+                     cwd=root) as (proc, parent):
+        seen = read_until(parent, b"[a]lways for this agent in this run")
         assert b"agent 'builder' wants to run a shell command" in seen
         assert b"statement: let first = session: builder" in seen
         assert b"command:   echo one >> out/log" in seen
         os.write(parent, b"n\r")
-        seen = _read_until(parent, b"[a]lways for this agent in this run")
+        seen = read_until(parent, b"[a]lways for this agent in this run")
         assert b"echo two >> out/log" in seen
         os.write(parent, b"a\r")
-        rest = _read_until(parent, b"completed")
+        rest = read_until(parent, b"completed")
         assert proc.wait(timeout=60) == 0, rest.decode(errors="replace")
         assert b"wants to" not in rest  # "always": not asked again
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(parent)
     assert (root / "out" / "log").read_text() == "two\nthree\n"
 
 

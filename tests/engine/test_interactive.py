@@ -8,55 +8,27 @@ import pty
 import select
 import signal
 import subprocess
-import sys
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.engine.terminal import on_terminal, read_until
 
-PROSE = str(Path(sys.executable).with_name("prose"))
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def _read_until(fd: int, needle: bytes, timeout: float = 30.0) -> bytes:
-    seen = b""
-    deadline = time.monotonic() + timeout
-    while needle not in seen:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"never saw {needle!r}; got {seen[-2000:]!r}")
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:  # the child closed the terminal
-                break
-            if not chunk:
-                break
-            seen += chunk
-    return seen
 
 
 @pytest.mark.skipif(not hasattr(pty, "openpty"), reason="needs a pseudo-terminal")
 def test_missing_input_is_asked_for_on_a_terminal(tmp_path):
-    parent, child = pty.openpty()
-    proc = subprocess.Popen(
-        [PROSE, "run", str(EXAMPLES / "hello.prose"), "--provider", "scripted",
-         "--script", str(EXAMPLES / "hello.script.yaml"), "--project", str(tmp_path)],
-        stdin=child, stdout=child, stderr=child, close_fds=True,
-        env={**os.environ, "TERM": "dumb", "COLUMNS": "100"})
-    os.close(child)
-    try:
-        prompt = _read_until(parent, b"topic")
+    with on_terminal(["run", str(EXAMPLES / "hello.prose"), "--provider", "scripted",
+                      "--script", str(EXAMPLES / "hello.script.yaml"),
+                      "--project", str(tmp_path)]) as (proc, parent):
+        prompt = read_until(parent, b"topic")
         assert b"What to research" in prompt
         os.write(parent, b"coral reefs\r")
-        rest = _read_until(parent, b"A twelve-hour rhythm")
+        rest = read_until(parent, b"A twelve-hour rhythm")
         assert proc.wait(timeout=30) == 0, rest.decode(errors="replace")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(parent)
     run_dir = next((tmp_path / ".prose" / "runs").iterdir())
     topic = (run_dir / "bindings" / "topic.md").read_text()
     assert topic.rstrip().endswith("coral reefs")
@@ -64,16 +36,12 @@ def test_missing_input_is_asked_for_on_a_terminal(tmp_path):
     assert "Facts about coral reefs" in research
 
 
-def _spawn(tmp_path: Path, program: str, script: str, term: str = "dumb"):
+def _spawn(tmp_path: Path, program: str, script: str,
+           term: str = "dumb") -> AbstractContextManager[tuple[subprocess.Popen, int]]:
     (tmp_path / "p.prose").write_text(program)
     (tmp_path / "s.yaml").write_text(script)
-    parent, child = pty.openpty()
-    proc = subprocess.Popen(
-        [PROSE, "run", "p.prose", "--provider", "scripted", "--script", "s.yaml"],
-        cwd=tmp_path, stdin=child, stdout=child, stderr=child, close_fds=True,
-        env={**os.environ, "TERM": term, "COLUMNS": "100"})
-    os.close(child)
-    return proc, parent
+    return on_terminal(["run", "p.prose", "--provider", "scripted", "--script", "s.yaml"],
+                       cwd=tmp_path, term=term)
 
 
 def _calls(tmp_path: Path) -> list[str]:
@@ -84,18 +52,13 @@ def _calls(tmp_path: Path) -> list[str]:
 
 @pytest.mark.skipif(not hasattr(pty, "openpty"), reason="needs a pseudo-terminal")
 def test_ctrl_c_at_an_input_prompt_interrupts_at_once(tmp_path):
-    proc, parent = _spawn(tmp_path, 'let a = session "first"\ninput topic: "What next?"\n'
-                                    'let b = session "second"\nlet c = session "third"\n',
-                          "default_output: ok\ncall_log: calls.jsonl\n")
-    try:
-        _read_until(parent, b"What next?")
+    with _spawn(tmp_path, 'let a = session "first"\ninput topic: "What next?"\n'
+                          'let b = session "second"\nlet c = session "third"\n',
+                "default_output: ok\ncall_log: calls.jsonl\n") as (proc, parent):
+        read_until(parent, b"What next?")
         proc.send_signal(signal.SIGINT)
-        rest = _read_until(parent, b"prose resume")
+        rest = read_until(parent, b"prose resume")
         assert proc.wait(timeout=30) == 130, rest.decode(errors="replace")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(parent)
     assert len(_calls(tmp_path)) == 1  # "second" and "third" never ran
     run_dir = next((tmp_path / ".prose" / "runs").iterdir())
     from openprose.state import open_store
@@ -117,11 +80,10 @@ def _tgkill() -> Any:
 def test_ctrl_c_delivered_to_the_prompt_thread_still_interrupts(tmp_path):
     """The kernel hands a process's signal to any thread that does not block it, here the
     one reading the terminal: the run must stop as if the main thread had got it."""
-    proc, parent = _spawn(tmp_path, 'let a = session "first"\ninput topic: "What next?"\n'
-                                    'let b = session "second"\n',
-                          "default_output: ok\ncall_log: calls.jsonl\n")
-    try:
-        _read_until(parent, b"What next?")
+    with _spawn(tmp_path, 'let a = session "first"\ninput topic: "What next?"\n'
+                          'let b = session "second"\n',
+                "default_output: ok\ncall_log: calls.jsonl\n") as (proc, parent):
+        read_until(parent, b"What next?")
         others = [int(tid.name) for tid in Path(f"/proc/{proc.pid}/task").iterdir()
                   if int(tid.name) != proc.pid]
         assert others, "the prompt runs on a thread of its own"
@@ -129,12 +91,8 @@ def test_ctrl_c_delivered_to_the_prompt_thread_still_interrupts(tmp_path):
         reader = next((tid for tid in others if _syscall(proc.pid, tid) in READ_SYSCALLS),
                       others[0])
         assert _tgkill()(proc.pid, reader, signal.SIGINT) == 0
-        rest = _read_until(parent, b"prose resume")
+        rest = read_until(parent, b"prose resume")
         assert proc.wait(timeout=30) == 130, rest.decode(errors="replace")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(parent)
     assert len(_calls(tmp_path)) == 1  # "second" never ran
 
 
@@ -151,11 +109,10 @@ def _syscall(pid: int, tid: int) -> str:
 
 @pytest.mark.skipif(not hasattr(pty, "openpty"), reason="needs a pseudo-terminal")
 def test_typed_input_stays_visible_while_the_progress_display_runs(tmp_path):
-    proc, parent = _spawn(tmp_path, 'let a = session "first"\ninput topic: "What next?"\n'
-                                    'output b = session "second {topic}"\n',
-                          "default_output: ok\nlatency: 0.2\n", term="xterm")
-    try:
-        _read_until(parent, b"What next?")
+    with _spawn(tmp_path, 'let a = session "first"\ninput topic: "What next?"\n'
+                          'output b = session "second {topic}"\n',
+                "default_output: ok\nlatency: 0.2\n", term="xterm") as (proc, parent):
+        read_until(parent, b"What next?")
         os.write(parent, b"coral")
         # the progress display redraws 8 times a second: a second of quiet shows it stepped
         # aside; anything it drew would cover what the user is typing
@@ -168,9 +125,5 @@ def test_typed_input_stays_visible_while_the_progress_display_runs(tmp_path):
         assert b"sessions:" not in seen, seen
         assert b"coral" in seen  # the terminal echoes what was typed, and nothing erases it
         os.write(parent, b" reefs\r")
-        _read_until(parent, b"completed")
+        read_until(parent, b"completed")
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(parent)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.mcp_server.host import host
+from tests.mcp_server.host import Host, host
 
 pytestmark = pytest.mark.anyio
 
@@ -29,15 +29,21 @@ output final = session "Finish"
 # 0 block check, 1 draft, 2 if (2.if0, 2.b0.0, 2.else.0), 3 do check, 4 loop (4.0), 5 final
 
 
+async def _drafted_and_judged(h: Host) -> tuple[str, str]:
+    """Start the run, write the draft and judge it short (the else branch): (vm, run_id)."""
+    run = await h.call("start_run", program="note.prose")
+    vm, run_id = run["vm_token"], run["run_id"]
+    draft = await h.call("spawn_session", vm_token=vm, statement="1")
+    await h.call("write_binding", token=draft["session_token"], value="a draft")
+    await h.call("record_verdict", vm_token=vm, statement="2.if0", value=False,
+                 reason="short")
+    return vm, run_id
+
+
 async def test_a_restarted_server_follows_the_run_from_where_it_is(tmp_path: Path) -> None:
     (tmp_path / "note.prose").write_text(PROGRAM)
     async with host(tmp_path, {}, watch=False) as h:
-        run = await h.call("start_run", program="note.prose")
-        vm, run_id = run["vm_token"], run["run_id"]
-        draft = await h.call("spawn_session", vm_token=vm, statement="1")
-        await h.call("write_binding", token=draft["session_token"], value="a draft")
-        await h.call("record_verdict", vm_token=vm, statement="2.if0", value=False,
-                     reason="short")
+        vm, run_id = await _drafted_and_judged(h)
         extend = await h.call("spawn_session", vm_token=vm, statement="2.else.0")
         await h.call("write_binding", token=extend["session_token"], value="longer")
         frame = (await h.call("push_frame", vm_token=vm, block="check",
@@ -72,12 +78,7 @@ async def test_prose_resume_of_an_embodied_run_reuses_what_the_host_did(tmp_path
 
     (tmp_path / "note.prose").write_text(PROGRAM)
     async with host(tmp_path, {}, watch=False) as h:
-        run = await h.call("start_run", program="note.prose")
-        vm, run_id = run["vm_token"], run["run_id"]
-        draft = await h.call("spawn_session", vm_token=vm, statement="1")
-        await h.call("write_binding", token=draft["session_token"], value="a draft")
-        await h.call("record_verdict", vm_token=vm, statement="2.if0", value=False,
-                     reason="short")
+        _, run_id = await _drafted_and_judged(h)
 
     asked: list[str] = []
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.mcp_server.host import host
+from tests.mcp_server.host import Host, host
 
 pytestmark = pytest.mark.anyio
 
@@ -19,14 +19,20 @@ output note = session "Polish {draft}"
 """
 
 
+async def _failed_at_the_draft(h: Host) -> dict:
+    """Start the run and have its first session fail (the model timed out): start_run's answer."""
+    run = await h.call("start_run", program="note.prose")
+    await h.call("spawn_session", vm_token=run["vm_token"], statement="0")
+    await h.call("update_state", vm_token=run["vm_token"], statement="0", status="failed",
+                 note="the model timed out")
+    return run
+
+
 async def test_a_failed_program_is_reported_and_the_run_resumes(tmp_path: Path) -> None:
     (tmp_path / "note.prose").write_text(PROGRAM)
     async with host(tmp_path, {}, watch=False) as h:
-        run = await h.call("start_run", program="note.prose")
+        run = await _failed_at_the_draft(h)
         vm = run["vm_token"]
-        await h.call("spawn_session", vm_token=vm, statement="0")
-        await h.call("update_state", vm_token=vm, statement="0", status="failed",
-                     note="the model timed out")
 
         status = await h.call("run_status", vm_token=vm)
         assert status["status"] == "running"  # resumable: the host decides how it ends
@@ -72,11 +78,8 @@ async def test_complete_run_names_what_the_program_still_expects(tmp_path: Path)
 async def test_a_failed_program_completed_as_failed_shows_only_its_end(tmp_path: Path) -> None:
     (tmp_path / "note.prose").write_text(PROGRAM)
     async with host(tmp_path, {}, watch=False) as h:
-        run = await h.call("start_run", program="note.prose")
+        run = await _failed_at_the_draft(h)
         vm = run["vm_token"]
-        await h.call("spawn_session", vm_token=vm, statement="0")
-        await h.call("update_state", vm_token=vm, statement="0", status="failed",
-                     note="the model timed out")
         await h.call("complete_run", vm_token=vm, status="failed", error="gave up")
     state = (tmp_path / ".prose" / "runs" / run["run_id"] / "state.md").read_text()
     assert "status: failed" in state and "resume_run" not in state

@@ -10,7 +10,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,52 +199,26 @@ def test_a_dead_holders_connection_is_waited_for_then_the_lock_taken(pg_stores, 
     server notices the closed socket. Its backend stopped (SIGSTOP) keeps it from noticing:
     a new driver waits for the backend to end, then takes the run, rather than refusing
     with a holder that no longer exists."""
-    import psycopg
-
     store = pg_stores.open()
     run_id = _run(store, program).id
-    args = [project, "postgres", pg_stores.url, pg_stores.schema, run_id]
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, *map(str, args)],
-                              stdout=subprocess.PIPE, text=True)
-    admin = psycopg.connect(pg_stores.url, autocommit=True)
-    name = f"openprose driver {run_id}"
-
-    def backends() -> list[tuple[int, str]]:
-        return admin.execute("SELECT pid, query FROM pg_stat_activity"
-                             " WHERE application_name = %s", (name,)).fetchall()
-
     taken: list[object] = []
-    stopped = None
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with _pg_holder(pg_stores, project, run_id) as (holder, _, backends):
         ((stopped, _),) = backends()
         try:
             os.kill(stopped, signal.SIGSTOP)
         except OSError as err:
-            stopped = None
             pytest.skip(f"cannot stop the server's backend (another machine or user): {err}")
-        holder.kill()
-        holder.wait()
-        with monkeypatch.context() as patch:  # a backend that never ends: a clear refusal
-            patch.setattr(postgres, "BACKEND_END_SECONDS", 0)
-            with pytest.raises(StateError, match=f"pg_terminate_backend\\({stopped}\\)"):
-                store.driver_lock(run_id)
-        second = threading.Thread(
-            target=lambda: taken.append(_outcome(lambda: store.driver_lock(run_id))))
-        second.start()
-        # Until the new driver answers or polls for the old backend to end.
-        while second.is_alive() and not any(pid != stopped and "pg_stat_activity" in query
-                                            for pid, query in backends()):
-            second.join(0.01)
-    finally:
-        if stopped is not None:
-            os.kill(stopped, signal.SIGCONT)
-        if holder.poll() is None:
+        try:
             holder.kill()
             holder.wait()
-        holder.stdout.close()
+            with monkeypatch.context() as patch:  # a backend that never ends: a clear refusal
+                patch.setattr(postgres, "BACKEND_END_SECONDS", 0)
+                with pytest.raises(StateError, match=f"pg_terminate_backend\\({stopped}\\)"):
+                    store.driver_lock(run_id)
+            second = _second_driver(store, run_id, taken, backends, besides=stopped)
+        finally:
+            os.kill(stopped, signal.SIGCONT)
     second.join(timeout=60)
-    admin.close()
     (lock,) = taken
     assert isinstance(lock, DriverLock) and lock.held, lock
     lock.release()
@@ -251,10 +228,36 @@ def test_a_live_driver_behind_a_dead_ones_record_is_named(pg_stores, program, pr
     """A driver takes a run whose last driver died: for a moment it holds the lock while the
     table still names the dead one. A refused driver waiting for the dead one's connection
     to end sees the new record, and names the live driver at once."""
-    import psycopg
-
     store = pg_stores.open()
     run_id = _run(store, program).id
+    taken: list[object] = []
+    with _pg_holder(pg_stores, project, run_id) as (holder, admin, backends):
+        holder.kill()
+        holder.wait()
+        deadline = time.monotonic() + 60
+        while backends():  # until the server has ended the dead driver's connection
+            assert time.monotonic() < deadline, "the killed driver's connection never ended"
+            time.sleep(0.02)
+        # the live driver: its lock taken, its record not yet written
+        key = postgres.driver_key(pg_stores.schema, run_id)
+        assert admin.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+        second = _second_driver(store, run_id, taken, backends)
+        admin.execute(f'UPDATE "{pg_stores.schema}".driver SET pid = %s, host = %s,'
+                      " since = %s WHERE run_id = %s",
+                      (os.getpid(), socket.gethostname(), "2026-01-01T00:00:00Z", run_id))
+        second.join(timeout=120)
+    (refused,) = taken
+    assert isinstance(refused, RunLocked), refused
+    assert refused.holder is not None and refused.holder.pid == os.getpid(), str(refused)
+
+
+@contextmanager
+def _pg_holder(pg_stores, project: Path, run_id: str) -> Iterator[tuple[
+        subprocess.Popen, Any, Callable[[], list[tuple[int, str]]]]]:
+    """A driver process holding ``run_id`` on PostgreSQL, an admin connection, and the
+    driver's backends as the server lists them (pid, current query); killed and closed after."""
+    import psycopg
+
     args = [project, "postgres", pg_stores.url, pg_stores.schema, run_id]
     holder = subprocess.Popen([sys.executable, "-c", HOLD, *map(str, args)],
                               stdout=subprocess.PIPE, text=True)
@@ -265,37 +268,29 @@ def test_a_live_driver_behind_a_dead_ones_record_is_named(pg_stores, program, pr
         return admin.execute("SELECT pid, query FROM pg_stat_activity"
                              " WHERE application_name = %s", (name,)).fetchall()
 
-    taken: list[object] = []
     try:
         assert holder.stdout.readline().strip() == "held"
-        holder.kill()
-        holder.wait()
-        deadline = time.monotonic() + 60
-        while backends():  # until the server has ended the dead driver's connection
-            assert time.monotonic() < deadline, "the killed driver's connection never ended"
-            time.sleep(0.02)
-        # the live driver: its lock taken, its record not yet written
-        key = postgres.driver_key(pg_stores.schema, run_id)
-        assert admin.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
-        second = threading.Thread(
-            target=lambda: taken.append(_outcome(lambda: store.driver_lock(run_id))))
-        second.start()
-        while second.is_alive() and not any("pg_stat_activity" in query
-                                            for _, query in backends()):
-            second.join(0.01)
-        admin.execute(f'UPDATE "{pg_stores.schema}".driver SET pid = %s, host = %s,'
-                      " since = %s WHERE run_id = %s",
-                      (os.getpid(), socket.gethostname(), "2026-01-01T00:00:00Z", run_id))
-        second.join(timeout=120)
+        yield holder, admin, backends
     finally:
         if holder.poll() is None:
             holder.kill()
             holder.wait()
         holder.stdout.close()
         admin.close()
-    (refused,) = taken
-    assert isinstance(refused, RunLocked), refused
-    assert refused.holder is not None and refused.holder.pid == os.getpid(), str(refused)
+
+
+def _second_driver(store, run_id: str, taken: list[object],
+                   backends: Callable[[], list[tuple[int, str]]],
+                   besides: int | None = None) -> threading.Thread:
+    """A driver taking ``run_id`` on a thread (its lock or error appended to ``taken``),
+    returned once it answered or polls the server for an old backend (not ``besides``) to end."""
+    second = threading.Thread(
+        target=lambda: taken.append(_outcome(lambda: store.driver_lock(run_id))))
+    second.start()
+    while second.is_alive() and not any(pid != besides and "pg_stat_activity" in query
+                                        for pid, query in backends()):
+        second.join(0.01)
+    return second
 
 
 def _outcome(call):
