@@ -14,9 +14,9 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
+from openprose.state import BACKENDS
 from openprose.terminal import printable
 
-BACKENDS = ["filesystem", "sqlite", "postgres"]
 WIDTH = 80
 STATUS_STYLE = {"running": "cyan", "completed": "green", "failed": "red bold",
                 "interrupted": "yellow", "complete": "green", "executing": "cyan",

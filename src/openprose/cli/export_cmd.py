@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-BACKENDS = ["filesystem", "sqlite", "postgres"]
+from openprose.state import BACKENDS
 
 
 def _detect(root: Path, run_id: str) -> str:

@@ -27,9 +27,9 @@ from typing import Any, NoReturn
 import click
 
 from openprose.language import compile as compile_program
+from openprose.state import BACKENDS
 from openprose.terminal import printable
 
-BACKENDS = ["filesystem", "sqlite", "postgres"]
 PROVIDERS = ["anthropic", "scripted"]
 CONCURRENCY = 16
 

@@ -15,9 +15,9 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 
 from openprose.state.errors import StateError
+from openprose.state.models import utc_now
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +30,7 @@ class DriverHolder:
 
     @classmethod
     def this_process(cls) -> DriverHolder:
-        return cls(os.getpid(), socket.gethostname(),
-                   datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        return cls(os.getpid(), socket.gethostname(), utc_now())
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host} since {self.since}"

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from openprose.language import nodes as n
 from openprose.language.analysis import NodeVisitor
-from openprose.state.models import StatementStatus, StateSnapshot
+from openprose.state.models import StatementStatus, StateSnapshot, utc_now
 from openprose.state.program_map import program_map
 from openprose.state.view import BindingInfo, RunView, Step, view_of_run
 
@@ -244,7 +243,7 @@ def _binding_rows(bindings: list[BindingInfo]) -> list[str]:
 
 
 def render_view(view: RunView, active: tuple[str, ...] = ()) -> str:
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = utc_now()
     parts = [
         "# Execution State", "",
         f"run: {view.id}",

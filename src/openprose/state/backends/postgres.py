@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ from openprose.state.backends.sql import (
 from openprose.state.config import postgres_scrubbed, postgres_shown
 from openprose.state.driver import DriverHolder, RunLocked
 from openprose.state.errors import BackendUnavailable, StateError
+from openprose.state.files import process_alive
 from openprose.state.names import check_name
 from openprose.state.records import RunRecord
 
@@ -241,15 +241,7 @@ BACKEND_END_SECONDS = 30  # how long a dead driver's PostgreSQL connection may t
 
 def _ended_here(holder: DriverHolder) -> bool:
     """Whether ``holder`` was a process of this host that no longer exists."""
-    if holder.host != socket.gethostname():
-        return False
-    try:
-        os.kill(holder.pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
+    return holder.host == socket.gethostname() and not process_alive(holder.pid)
 
 
 def _after_backend_ends(conn: Any, key: int, run_id: str, holder: DriverHolder,
