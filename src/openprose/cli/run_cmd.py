@@ -497,18 +497,17 @@ def execute(job: Any, provider: Any, as_json: bool, project: str,
     live = not as_json and sys.stderr.isatty()
     progress = ProgressLine(job.source) if live else None
     job.ask = _asker(as_json, progress)
+    from openprose.engine.skills import resolve_skills
     from openprose.engine.work_tools import default_setup
+    from openprose.state import settings
 
     grants = grants or {}
-    job.work = default_setup(Path(project), consent=_consent(as_json, progress),
+    env = settings(Path(project))  # read once: .prose/.env, and git when it sets trust keys
+    job.work = default_setup(Path(project), env, consent=_consent(as_json, progress),
                              bash=grants.get("allow_bash", False),
                              network=grants.get("allow_network", False),
                              unsandboxed=grants.get("allow_unsandboxed", False))
-    from openprose.engine.skills import resolve_skills
-    from openprose.state import settings
-
-    job.work.skills, skill_warnings = resolve_skills(job.program, job.file, Path(project),
-                                                     settings(Path(project)))
+    job.work.skills, skill_warnings = resolve_skills(job.program, job.file, Path(project), env)
     for warning in skill_warnings:  # at the start, before any session runs
         click.echo(f"warning: {warning}", err=True)
     with _Stop(interrupted) as stop:

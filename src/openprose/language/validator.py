@@ -41,7 +41,6 @@ SCOPED_STORAGE_NAME = re.compile(r"^.+__\d+$")
 USE_PATH = re.compile(r"^(https?://\S+|@?[\w.-]+/[\w./-]+|\.{0,2}/?[\w./-]+\.prose)$")
 
 
-
 def import_base(importer: str | None, root: Path | None) -> Path:
     """The directory a local ``use`` path is relative to: the importing program's own
     directory. In a project (``root``) a relative program path is the project's, an inline
@@ -64,14 +63,14 @@ def local_import(target: str, importer: str | None, root: Path | None) -> Path:
     return contained(target, [root], base=base, what="use", within="the project")
 
 
-def load_contract(target: str, importer: str | None, root: Path | None) -> n.Program | None:
-    """Parse a ``use`` target that is a local file, to learn its inputs and outputs."""
+def load_contract(path: Path) -> n.Program | None:
+    """Parse the local file a ``use`` names (see :func:`local_import`), to learn its inputs
+    and outputs; None when it cannot be read."""
     from openprose.language.parser import parse
 
     try:
-        path = local_import(target, importer, root)
         source = read_program_file(path)
-    except (ProgramFileError, PathRefused):
+    except ProgramFileError:
         return None
     program, _ = parse(source, str(path))
     return program
@@ -158,15 +157,15 @@ class Validator(NodeVisitor):
         self.skills.add(use.handle)
         local = not target.startswith(("http://", "https://")) and target.endswith(".prose")
         self.contracts[use.handle] = None
-        if local and self.root is not None:
-            try:
-                local_import(target, self.path, self.root)
-            except PathRefused as err:
-                self.error("E034", f"{err}: a program imports only its project's files",
-                           use.path.span)
-                return
-        if local:
-            self.contracts[use.handle] = load_contract(target, self.path, self.root)
+        if not local:
+            return
+        try:  # refused only in a project (self.root)
+            path = local_import(target, self.path, self.root)
+        except PathRefused as err:
+            self.error("E034", f"{err}: a program imports only its project's files",
+                       use.path.span)
+            return
+        self.contracts[use.handle] = load_contract(path)
 
     def collect_skill_import(self, imp: n.ImportSkill) -> None:
         self.skills.add(imp.name.text)

@@ -139,8 +139,7 @@ class SqliteBackend(SqlBackend):
     def create_run(self, record: RunRecord) -> None:
         """The run's directory with its database and run row, renamed into place whole (into
         the directory of the same run on another backend, if there is one)."""
-        if self.files.run_dir(record.id).is_dir() and \
-                (self.files.run_dir(record.id) / "state.db").exists():
+        if (self.files.run_dir(record.id) / "state.db").exists():
             super().create_run(record)  # a database without a run row: the row goes in
             return
 
@@ -158,22 +157,22 @@ class SqliteBackend(SqlBackend):
 
         self.files.build_run_dir(record.id, build, "state.db")
 
-    def _open(self, run_id: str | None, scope: str) -> sqlite3.Connection:
+    def _open(self, run_id: str | None, scope: str) -> tuple[Path, sqlite3.Connection]:
+        """The database holding ``run_id``'s rows (or the agents' store) and a connection."""
         path = self.db_path(run_id, scope)
         if scope == "run" and not path.exists() and not path.parent.is_dir():
             raise RunNotFound(f"no run {run_id} under {self.files.runs}")
-        return self._connection(path)
+        return path, self._connection(path)
 
     def fetch(self, run_id: str | None, sql: str, params: tuple[Any, ...] = (),
               scope: str = "run") -> list[tuple[Any, ...]]:
-        conn = self._open(run_id, scope)
-        with sqlite_errors(self.db_path(run_id, scope)):
+        path, conn = self._open(run_id, scope)
+        with sqlite_errors(path):
             return conn.execute(self.q(sql), params).fetchall()
 
     @contextmanager
     def tx(self, run_id: str | None, *, durable: bool, scope: str = "run") -> Iterator[Cursor]:
-        conn = self._open(run_id, scope)
-        path = self.db_path(run_id, scope)
+        path, conn = self._open(run_id, scope)
         # Writers in this process queue on a lock instead of SQLite's sleeping busy handler
         # (fair and without sleeps); other processes still meet the busy timeout.
         with self._writer(path), sqlite_errors(path):
