@@ -15,8 +15,6 @@ from openprose.state import BACKENDS
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-EXIT_INTERRUPTED = 130
-
 
 @click.command("serve")
 @click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=".",

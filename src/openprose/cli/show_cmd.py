@@ -104,7 +104,6 @@ def _show_binding(store: Any, run_id: str, text: str, as_json: bool) -> None:
 
 
 def _print_view(view: Any, segments: dict[Any, int]) -> None:
-
     from openprose.state.render import active_constructs
 
     out = console()
