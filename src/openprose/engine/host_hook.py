@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from openprose.engine.permissions import Decision, Gate, Policy, from_grant
+from openprose.engine.permissions import Decision, Gate, Policy, from_grant, host_of
 from openprose.engine.work_tools import ToolRecord
 
 #: A session token as a subagent's first message carries it: the state's (embodied runs)
@@ -169,7 +169,7 @@ def _check(gate: Gate, tool: str, args: dict[str, Any]
     decision = _sync(gate.network(ask=False))
     hosts = gate.domains()
     if decision.allowed and hosts is not None and (tool != "WebFetch" or not any(
-            _host_of(subject) == h or _host_of(subject).endswith("." + h) for h in hosts)):
+            host_of(subject) == h or host_of(subject).endswith("." + h) for h in hosts)):
         decision = Decision(False, f"network: {list(gate.permissions.network or ())}", subject,
                             f"refused: agent '{gate.agent}' may not reach {subject!r} "
                             f"(network: {list(gate.permissions.network or ())})")
@@ -197,11 +197,6 @@ def _glob_decision(gate: Gate, root: str, pattern: str) -> Decision:
         return decision
     return Decision(False, decision.rule, pattern,
                     f"{decision.message} (the glob {pattern!r} searches there)")
-
-
-def _host_of(url: str) -> str:
-    text = url.split("://", 1)[-1]
-    return text.split("/", 1)[0].split("@")[-1].split(":")[0].lower()
 
 
 def _sync(awaitable: Any) -> Decision:

@@ -289,7 +289,8 @@ class Gate:
         mode = self.permissions.network
         if not isinstance(mode, tuple):
             return None
-        return tuple(dict.fromkeys(_host(entry) for entry in mode if _host(entry)))
+        return tuple(dict.fromkeys(host_of(entry.strip()) for entry in mode
+                                   if host_of(entry.strip())))
 
     async def _ask(self, tool: str, subject: str, rule: str, flag: str,
                    setting: str) -> Decision:
@@ -421,11 +422,9 @@ def shown(text: str) -> str:
     return "".join(c if c.isprintable() or c == " " else f"\\x{ord(c):02x}" for c in text)
 
 
-def _host(entry: str) -> str:
-    """``https://host/path`` or ``host`` → ``host``."""
-    text = entry.strip()
-    if "://" in text:
-        text = text.split("://", 1)[1]
+def host_of(url: str) -> str:
+    """``https://user@host:port/path`` or ``host`` → ``host`` (lower case)."""
+    text = url.split("://", 1)[-1]
     return text.split("/", 1)[0].split("@")[-1].split(":")[0].lower()
 
 

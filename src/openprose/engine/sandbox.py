@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from openprose.engine.permissions import STATE_DIR
+
 DEFAULT_TIMEOUT = 120.0
 OUTPUT_CAP = 30_000
 #: The environment a command sees: these variables of ours, nothing else (no API keys,
@@ -117,7 +119,7 @@ def argv_for(sandbox: Sandbox, command: str, *, project: Path, write_roots: list
              env: Mapping[str, str] | None = None) -> list[str]:
     """The process to start for ``command`` under ``sandbox`` (``read_only``: places inside
     the write roots that stay read-only)."""
-    state = project / ".prose"
+    state = project / STATE_DIR
     kept = list(read_only or [])
     if sandbox.kind == "bubblewrap":
         # /tmp and /run are private and empty: no other process's files or sockets (a
@@ -159,9 +161,9 @@ def _seatbelt(project: Path, write_roots: list[Path], network: bool,
     rules = ["(version 1)", "(allow default)", "(deny file-write*)",
              f"(allow file-write* {writable} (subpath \"/private/tmp\") (subpath "
              f"\"/private/var/folders\") (literal \"/dev/null\"))",
-             f"(deny file-write* (subpath {quoted(project / '.prose')}))",
+             f"(deny file-write* (subpath {quoted(project / STATE_DIR)}))",
              *(f"(deny file-write* (subpath {quoted(place)}))" for place in read_only),
-             f"(deny file-read* (literal {quoted(project / '.prose' / '.env')}))",
+             f"(deny file-read* (literal {quoted(project / STATE_DIR / '.env')}))",
              *(f"(deny file-read* (subpath {quoted(place)}))" for place in hidden)]
     if not network:
         rules.append("(deny network*)")
