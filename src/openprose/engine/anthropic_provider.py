@@ -363,15 +363,16 @@ def work_note(request: SessionRequest) -> str:
 
 def skills_note(request: SessionRequest) -> str:
     """The session's skills: name and description up front, the folder to read on demand."""
-    skills = request.work.skills() if request.work is not None else []
-    if not skills:
+    work = request.work
+    skills = work.skills() if work is not None else []
+    if work is None or not skills:
         return ""
-    project = request.work.gate.project if request.work is not None else None
+    project = work.gate.project
     lines = ["", "Your skills (when one fits the task, read its SKILL.md first, then the "
              "files it names, with the read tool):"]
     for skill in skills:
-        where = skill.folder.relative_to(project) if project is not None and \
-            skill.folder.is_relative_to(project) else skill.folder
+        where = skill.folder.relative_to(project) if skill.folder.is_relative_to(project) \
+            else skill.folder
         lines.append(f"- {skill.name}: {skill.description} ({where}/SKILL.md)")
     return "\n".join(lines)
 

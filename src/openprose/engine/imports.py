@@ -100,10 +100,11 @@ class ImportLoader:
              ) -> dict[str, Imported]:
         here = (self.base or Path.cwd()).resolve()
         if not seen:  # the program being run: its directory is an allowed root
+            top = here
             if file and "://" not in file:
                 file = str((here / file).resolve())
-            self._allowed = [*self.roots, Path(file).parent if file and "://" not in file
-                             else here]
+                top = Path(file).parent
+            self._allowed = [*self.roots, top]
         loaded: dict[str, Imported] = {}
         for use in program.uses:
             location = resolve(use.path.text, file, here)
@@ -192,4 +193,3 @@ def _not_compiling(spec: str, location: Location, result: CompileResult, source:
                 f"first {first.code} at line {first.span.line} (its text is not shown: it came "
                 "from the network)")
     return f"imported program {spec} has errors:\n{first.format(source)}"
-

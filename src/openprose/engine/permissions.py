@@ -212,19 +212,19 @@ class Gate:
         inside = _within(real, root)
         granted = any(p.match(str(real)) or (listing and p.under(real)) for p in patterns)
         if inside and granted:
-            return Decision(True, f"{verb}: {_shown(patterns, root)}", path), real
+            return Decision(True, f"{verb}: {_shown(patterns)}", path), real
         if not inside:
             outside_grant = any(p.match(str(real)) and not p.inside
                                 for p in patterns)
             if outside_grant:
-                return Decision(True, f"{verb}: {_shown(patterns, root)}", path), real
+                return Decision(True, f"{verb}: {_shown(patterns)}", path), real
             if not _within(lexical, root):
                 rule = ("'..' leads outside the project" if ".." in Path(raw).parts
                         else "outside the project")
             else:
                 rule = "a symlink leads outside the project"
             return self._refuse(rule, path, f"{verb} {path}"), None
-        rule = f"{verb}: {_shown(patterns, root)}" if patterns else f"{verb}: []"
+        rule = f"{verb}: {_shown(patterns)}" if patterns else f"{verb}: []"
         return self._refuse(rule, path, f"{verb} {path} (not matched)"), None
 
     def write_roots(self) -> list[Path]:
@@ -403,7 +403,7 @@ def _linked_elsewhere(path: Path) -> bool:
     return stat.S_ISREG(info.st_mode) and info.st_nlink > 1
 
 
-def _shown(patterns: list[Pattern], root: Path) -> str:
+def _shown(patterns: list[Pattern]) -> str:
     return "[" + ", ".join(p.text for p in patterns) + "]"
 
 

@@ -27,8 +27,6 @@ from openprose.engine.permissions import STATE_DIR
 
 DEFAULT_TIMEOUT = 120.0
 OUTPUT_CAP = 30_000
-#: The environment a command sees: these variables of ours, nothing else (no API keys,
-#: tokens or database URLs reach a command, its output or the model).
 #: Places in the user's home that hold credentials: hidden from commands (an empty folder,
 #: or an empty file, in their place). The rest of the home stays readable, so toolchains
 #: installed there (pyenv, ~/.local) still work.
@@ -38,6 +36,8 @@ SECRET_PLACES = (".ssh", ".aws", ".gnupg", ".config", ".docker", ".kube", ".azur
                  ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
                  ".m2/settings.xml", ".local/share/keyrings", ".mozilla", ".bash_history",
                  ".zsh_history", ".python_history", ".psql_history", ".mysql_history")
+#: The environment a command sees: these variables of ours, nothing else (no API keys,
+#: tokens or database URLs reach a command, its output or the model).
 PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME",
               "SHELL", "VIRTUAL_ENV")
 

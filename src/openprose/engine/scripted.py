@@ -209,7 +209,6 @@ class ScriptedProvider(Provider):
             parts.append(f"$ {name} {subject}\n{text}".rstrip())
         return "\n\n".join(parts)
 
-
     async def _wait(self, rule: _Rule | None) -> None:
         latency = rule.latency if rule is not None and rule.latency is not None else self.latency
         if latency > 0:

@@ -161,5 +161,5 @@ def _plain_members(archive: tarfile.TarFile) -> list[tarfile.TarInfo]:
 
 def _top(folder: Path) -> Path:
     """An archive's single top folder (GitHub's ``repo-sha/``), else the folder itself."""
-    entries = [p for p in folder.iterdir()]
+    entries = list(folder.iterdir())
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else folder
