@@ -417,7 +417,7 @@ class Interpreter(NodeVisitor):
         finally:  # opened or not (its branch cancelled, the write failed): no longer opening
             self.emit("session_opened", ctx.path, node)
         memory = handle.io.read_memory() if node.resume else None
-        work = self.work_tools(node, ctx, permissions)
+        work = self.work_tools(node, ctx, permissions, merged.skills)
         policy = RetryPolicy(merged.retries, merged.backoff, self.options.retry_base_delay)
         self.totals.in_flight += 1
         self.emit("session_start", ctx.path, node, prompt[:120])
@@ -467,13 +467,14 @@ class Interpreter(NodeVisitor):
         return permissions_for(node, self.agents.get(node.agent or ""), lambda item: (
             values.to_text(self.static_value(item, ctx.scope))))
 
-    def work_tools(self, node: n.Session, ctx: Ctx, permissions: Permissions | None
-                   ) -> WorkTools | None:
+    def work_tools(self, node: n.Session, ctx: Ctx, permissions: Permissions | None,
+                   names: tuple[str, ...]) -> WorkTools | None:
+        """The session's work tools under ``permissions``, with its skills (``names``, as
+        its shape lists them) readable; ``None`` when the run gives sessions none."""
         if self.options.work is None:
             return None
         setup = self.options.work
-        skills = {name: setup.skills[name].folder
-                  for name in shape(node, self.agents).skills if name in setup.skills}
+        skills = {name: setup.skills[name].folder for name in names if name in setup.skills}
         gate = setup.policy.gate(node.agent, permissions, self.source_of(node), skills)
         key = ctx.path
         return setup.tools(gate, lambda record: self.journal.record_tool(

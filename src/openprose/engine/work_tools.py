@@ -18,12 +18,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openprose.engine import sandbox as sandboxes
 from openprose.engine.permissions import STATE_DIR, Consent, Decision, Gate, Grants, Policy
-from openprose.engine.skills import Skill
 from openprose.state.config import COMMAND_TIMEOUT
+
+if TYPE_CHECKING:  # skills fetch with httpx: not loaded for the permission hook's records
+    from openprose.engine.skills import Skill
 
 FILE_TOOLS = ("read", "write", "edit", "glob", "grep")
 TOOLS = (*FILE_TOOLS, "bash")
