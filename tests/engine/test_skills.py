@@ -170,3 +170,33 @@ def test_a_project_that_is_a_skill_keeps_its_state_closed(tmp_path):
     decision = gate.path(".prose/.env", write=False)[0]
     assert not decision.allowed and ".prose/ is never readable" in decision.rule
     assert gate.path("SKILL.md", write=False)[0].rule == "skill 'tidy'"
+
+
+def test_two_runs_fetching_one_skill_at_once_both_get_it(tmp_path):
+    """Two runs of one project fetch the same github: skill for the first time together:
+    the one that unpacks second found the cache folder already there, and os.replace onto
+    it raised OSError out of resolve_skills (a traceback, the run never started). The second
+    download is answered only after the first run has cached the skill, so the race is
+    the same on any machine."""
+    program = compile_or_raise(_program("github:acme/toolbox"), "p.prose")
+    archives = Archives({"skills/tidy/SKILL.md": SKILL})
+    env = {GITHUB_ARCHIVE: archives.url}
+    other: list[object] = []
+    serve = archives.httpd.RequestHandlerClass.do_GET
+
+    def first_waits_for_the_other_run(handler: BaseHTTPRequestHandler) -> None:
+        if len(archives.paths) == 0:  # the first download: the other run fetches meanwhile
+            archives.paths.append("(held)")
+            other.append(resolve_skills(program, None, tmp_path, env))
+        serve(handler)
+
+    archives.httpd.RequestHandlerClass.do_GET = first_waits_for_the_other_run
+    try:
+        skills, warnings = resolve_skills(program, None, tmp_path, env)
+    finally:
+        archives.httpd.shutdown()
+    assert warnings == [] and other[0][1] == []
+    assert skills["tidy"].folder == other[0][0]["tidy"].folder
+    assert (skills["tidy"].folder / "SKILL.md").read_text() == SKILL
+    assert [p.name for p in (tmp_path / ".prose" / "cache" / "skills").iterdir()
+            if p.name.endswith(".part")] == []

@@ -16,7 +16,9 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -128,14 +130,22 @@ def _fetch(owner: str, repo: str, project: Path, env: dict[str, str]) -> Path:
         raise SkillUnavailable(f"fetching {url} answered HTTP {response.status_code}")
     if len(response.content) > MAX_ARCHIVE:
         raise SkillUnavailable(f"{url} is larger than {MAX_ARCHIVE // 1024 // 1024} MiB")
-    partial = cache.with_name(cache.name + f".{os.getpid()}.part")
-    partial.mkdir(parents=True, exist_ok=True)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=cache.name + ".", suffix=".part",
+                                        dir=cache.parent))
+        partial.chmod(0o755)  # as a folder made by mkdir would be (mkdtemp's is 0o700)
+    except OSError as err:
+        raise SkillUnavailable(f"cannot unpack {url} under {cache.parent}: {err}") from None
     try:
         with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as archive:
             archive.extractall(partial, members=_plain_members(archive), **_DATA_FILTER)
+        os.replace(partial, cache)
     except (tarfile.TarError, OSError) as err:
-        raise SkillUnavailable(f"{url} is not a usable archive: {err}") from None
-    os.replace(partial, cache)
+        shutil.rmtree(partial, ignore_errors=True)
+        if not cache.is_dir():
+            raise SkillUnavailable(f"{url} is not a usable archive: {err}") from None
+        # another run (or session of a server) unpacked the same archive first: use it
     return _top(cache)
 
 
