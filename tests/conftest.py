@@ -30,6 +30,11 @@ CORPUS = Path(os.environ.get("OPENPROSE_CORPUS") or next(
      if p.is_dir()), _REPO.parent / "shared" / "corpus")).resolve()
 
 
+async def no_sleep(seconds: float) -> None:
+    """An engine ``sleep`` that returns at once: retries and backoffs cost no test time."""
+    return None
+
+
 def require_postgres() -> str:
     """The test server's URL; skip without one (fail under CI=true)."""
     if not PG_URL:

@@ -6,6 +6,8 @@ import asyncio
 import hashlib
 from pathlib import Path
 
+from tests.conftest import no_sleep
+
 from openprose.engine import runner
 from openprose.engine.interpreter import Options
 from openprose.engine.scripted import ScriptedProvider
@@ -13,15 +15,11 @@ from openprose.language import compile_or_raise
 from openprose.state import AgentRef, BindingRef, open_store
 
 
-async def _no_sleep(seconds: float) -> None:
-    return None
-
-
 def _run(root: Path, source: str, file: str = "p.prose", script=None):
     program = compile_or_raise(source, str(root / file))
     job = runner.Job(source=source, file=str(root / file), program=program, project_root=root,
                      imports=runner.load_imports(program, str(root / file), root),
-                     options=Options(sleep=_no_sleep))
+                     options=Options(sleep=no_sleep))
     return asyncio.run(runner.execute(job, ScriptedProvider(script or {"default_output": "ok"})))
 
 

@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, no_sleep
 
 from openprose.engine import runner
 from openprose.engine.interpreter import Options
@@ -70,10 +70,6 @@ output result = session "done {xs} {o} {seq} {ys}"
 """
 
 
-async def _no_sleep(seconds: float) -> None:
-    return None
-
-
 def unplaced(key: str, analysis: Analysis) -> str | None:
     """Why the static part of journal ``key`` (iterations and judgment rounds dropped, a block
     call read on in the block's body) names no statement of ``analysis``; None when it does,
@@ -109,7 +105,7 @@ def test_corpus_program_runs(path, tmp_path):
         source=source, file=str(path), program=program, project_root=tmp_path,
         inputs={decl.name: f"sample {decl.name}" for decl in program.inputs},
         imports=runner.load_imports(program, str(path), tmp_path),
-        options=Options(sleep=_no_sleep, loop_limit=50))
+        options=Options(sleep=no_sleep, loop_limit=50))
     outcome = asyncio.run(runner.execute(job, ScriptedProvider(SCRIPT)))
     if path.name in INTENDED:
         assert outcome.status == "failed" and INTENDED[path.name] in outcome.error
@@ -134,7 +130,7 @@ def test_every_body_label_of_the_engine_is_the_analysis_label(tmp_path):
     program = compile_or_raise(LABELS_PROGRAM, "labels.prose")
     job = runner.Job(source=LABELS_PROGRAM, file="labels.prose", program=program,
                      project_root=tmp_path, inputs={}, imports={},
-                     options=Options(sleep=_no_sleep))
+                     options=Options(sleep=no_sleep))
     script = {"default_output": "done", "conditions": [{"match": "zebra", "verdicts": [True]},
                                                  {"match": ".", "verdicts": [False]}]}
     outcome = asyncio.run(runner.execute(job, ScriptedProvider(script)))

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from tests.conftest import no_sleep
 
 from openprose.engine import runner
 from openprose.engine.interpreter import Options
@@ -17,23 +18,19 @@ from openprose.state import open_store
 pytestmark = pytest.mark.usefixtures("postgres_env")
 
 
-async def _no_sleep(seconds: float) -> None:
-    return None
-
-
 def _start(root: Path, source: str, script: dict, backend: str, run_id: str | None = None,
            inputs: dict | None = None, provider: ScriptedProvider | None = None):
     program = compile_or_raise(source, "p.prose")
     job = runner.Job(source=source, file="p.prose", program=program, project_root=root,
                      backend=backend, inputs=inputs or {}, run_id=run_id,
-                     options=Options(sleep=_no_sleep))
+                     options=Options(sleep=no_sleep))
     provider = provider or ScriptedProvider(script)
     return asyncio.run(runner.execute(job, provider)), provider
 
 
 def _resume(root: Path, run_id: str, script: dict, backend: str, program_file=None):
     job = runner.resume_job(run_id, root, backend, program_file)
-    job.options = Options(sleep=_no_sleep)
+    job.options = Options(sleep=no_sleep)
     provider = ScriptedProvider(script)
     return asyncio.run(runner.execute(job, provider)), provider
 
@@ -140,7 +137,7 @@ def test_interrupted_run_is_consistent_and_resumable(tmp_path):
                                                     "output": "s"}]}
     program = compile_or_raise(source, "p.prose")
     job = runner.Job(source=source, file="p.prose", program=program, project_root=tmp_path,
-                     options=Options(sleep=_no_sleep))
+                     options=Options(sleep=no_sleep))
 
     slow = asyncio.Event()
 
@@ -173,7 +170,7 @@ def test_objects_older_than_the_run_are_frozen_only_while_it_runs(tmp_path):
     program = compile_or_raise(PROGRAM, "p.prose")
     job = runner.Job(source=PROGRAM, file="p.prose", program=program, project_root=tmp_path,
                      backend="filesystem", inputs={"topic": "X"},
-                     options=Options(sleep=_no_sleep))
+                     options=Options(sleep=no_sleep))
     outcome = asyncio.run(runner.execute(job, ScriptedProvider(BROKEN),
                                          lambda event: seen.append(gc.get_freeze_count())))
     assert outcome.status == "failed"  # unfrozen on failure too

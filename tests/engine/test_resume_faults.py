@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, no_sleep
 from tests.engine import killing
 
 from openprose.engine import runner
 from openprose.engine.interpreter import Options
 from openprose.engine.scripted import ScriptedProvider
+from openprose.engine.state_journal import Batcher
 from openprose.language import compile_or_raise
-from openprose.state import BindingRef, open_store
+from openprose.state import BindingRef, Completion, open_store
 from openprose.state.store import Run
 
 pytestmark = pytest.mark.usefixtures("postgres_env")
-
-
-async def _no_sleep(seconds: float) -> None:
-    return None
 
 
 def _run(root: Path, source: str, provider, backend: str = "filesystem",
@@ -35,7 +31,7 @@ def _run(root: Path, source: str, provider, backend: str = "filesystem",
                          backend=backend)
     else:
         job = runner.resume_job(run_id, root, backend)
-    job.options = Options(sleep=_no_sleep)
+    job.options = Options(sleep=no_sleep)
     return asyncio.run(runner.execute(job, provider))
 
 
@@ -131,20 +127,28 @@ def test_a_commit_landing_after_a_fail_fast_cancel_is_not_run_again(tmp_path, ba
     program = ('parallel:\n  a = session "Steady"\n  b = session "Breaks"\n'
                'output o = session "After"\n  context: { a, b }\n')
     steady = {"match": "Steady", "output": "steady"}
-    written, failed = threading.Event(), threading.Event()
-    original = Run.complete_sessions
+    written, failed, cancelled = threading.Event(), threading.Event(), threading.Event()
+    original, submit = Run.complete_sessions, Batcher.submit
 
     def slow(self, completions):
-        """A disk that takes its time to return a commit already durable: the fail-fast
-        cancel comes while it returns (unless the machine is slower than half a second
-        to deliver it; then nothing races, and the outcome is the same)."""
+        """A disk that returns a commit already durable only once the fail-fast cancel has
+        reached the session waiting for it."""
         result = original(self, completions)
         written.set()
         assert failed.wait(60)
-        time.sleep(0.5)
+        assert cancelled.wait(60)
         return result
 
+    async def noting_cancel(self, item):
+        try:
+            return await submit(self, item)
+        except asyncio.CancelledError:
+            if isinstance(item, Completion):
+                cancelled.set()
+            raise
+
     monkeypatch.setattr(Run, "complete_sessions", slow)
+    monkeypatch.setattr(Batcher, "submit", noting_cancel)
     first = _BreaksOnceSteadyIsWritten({"sessions": [steady, {"match": "Breaks"}]}, written,
                                        failed)
     failed_run = _run(tmp_path, program, first, backend)

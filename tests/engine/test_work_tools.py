@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tests.conftest import no_sleep
 
 from openprose.engine import runner
 from openprose.engine.interpreter import Options
@@ -23,10 +24,6 @@ from openprose.state import open_store
 needs_sandbox = pytest.mark.skipif(
     not detect().confined and not os.environ.get("CI"),
     reason="no OS sandbox here (install bubblewrap)")
-
-
-async def _no_sleep(seconds: float) -> None:
-    return None
 
 
 @pytest.fixture
@@ -47,7 +44,7 @@ def _run(root: Path, source: str, script: dict, grants: Grants | None = None,
     program = compile_or_raise(source, "p.prose")
     setup = WorkSetup(Policy(root, grants or Grants(), consent))
     job = runner.Job(source=source, file="p.prose", program=program, project_root=root,
-                     run_id=run_id, options=Options(sleep=_no_sleep, work=setup))
+                     run_id=run_id, options=Options(sleep=no_sleep, work=setup))
     provider = ScriptedProvider(script)
     return asyncio.run(runner.execute(job, provider)), provider
 
@@ -262,7 +259,7 @@ def test_no_sandbox_means_no_command_without_the_opt_in(project, monkeypatch):
     program = compile_or_raise(source, "p.prose")
     setup = WorkSetup(Policy(project), sandbox=Sandbox("none"))
     job = runner.Job(source=source, file="p.prose", program=program, project_root=project,
-                     options=Options(sleep=_no_sleep, work=setup))
+                     options=Options(sleep=no_sleep, work=setup))
     outcome = asyncio.run(runner.execute(job, ScriptedProvider(script)))
     assert "OPENPROSE_ALLOW_UNSANDBOXED_BASH=1" in outcome.outputs["r"]
     assert not (project / "src" / "x").exists()
@@ -412,7 +409,7 @@ def test_a_command_cannot_change_git_or_reach_run_and_is_killed_at_its_timeout(p
               'output r = session: any\n  prompt: "go"\n')
     program = compile_or_raise(source, "p.prose")
     job = runner.Job(source=source, file="p.prose", program=program, project_root=project,
-                     options=Options(sleep=_no_sleep, work=setup))
+                     options=Options(sleep=no_sleep, work=setup))
     outcome = asyncio.run(runner.execute(job, ScriptedProvider(script)))
     text = outcome.outputs["r"]
     assert (project / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
@@ -437,7 +434,7 @@ def test_a_command_sees_no_credentials_of_the_home(project):
     source = ('agent any:\n  prompt: "a"\n  permissions:\n    bash: allow\n'
               'output r = session: any\n  prompt: "go"\n')
     job = runner.Job(source=source, file="p.prose", program=compile_or_raise(source, "p.prose"),
-                     project_root=project, options=Options(sleep=_no_sleep, work=setup))
+                     project_root=project, options=Options(sleep=no_sleep, work=setup))
     text = asyncio.run(runner.execute(job, ScriptedProvider(script))).outputs["r"]
     assert "PRIVATE KEY" not in text and "hunter2" not in text
     assert text.rstrip().endswith("0")
@@ -463,7 +460,7 @@ def test_tool_calls_are_recorded_on_the_database_backends_too(project, backend, 
                                      {"write": {"file_path": "README.md", "content": "x"}}])]}
     job = runner.Job(source=source, file="p.prose", program=compile_or_raise(source, "p.prose"),
                      project_root=project, backend=backend,
-                     options=Options(sleep=_no_sleep, work=WorkSetup(Policy(project))))
+                     options=Options(sleep=no_sleep, work=WorkSetup(Policy(project))))
     outcome = asyncio.run(runner.execute(job, ScriptedProvider(script)))
     with open_store(project, backend) as store:
         run = store.open_run(outcome.run_id)
@@ -488,6 +485,6 @@ def test_a_command_sees_no_database_passwords_keyrings_or_shell_history(project)
     source = ('agent any:\n  prompt: "a"\n  permissions:\n    bash: allow\n'
               'output r = session: any\n  prompt: "go"\n')
     job = runner.Job(source=source, file="p.prose", program=compile_or_raise(source, "p.prose"),
-                     project_root=project, options=Options(sleep=_no_sleep, work=setup))
+                     project_root=project, options=Options(sleep=no_sleep, work=setup))
     text = asyncio.run(runner.execute(job, ScriptedProvider(script))).outputs["r"]
     assert "SECRET-" not in text, text

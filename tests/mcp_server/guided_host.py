@@ -10,6 +10,7 @@ from typing import Any
 
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
+from tests.conftest import no_sleep
 
 from openprose.engine import ProviderError, ScriptedProvider, runner
 from openprose.engine.interpreter import Options
@@ -45,10 +46,6 @@ CASES = {
     "45-plugin-release.prose": {},
     "47-language-self-improvement.prose": {},
 }
-
-
-async def no_sleep(seconds: float) -> None:
-    return None
 
 
 def sample_inputs(program_path: Path) -> dict[str, str]:

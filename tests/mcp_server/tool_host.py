@@ -25,6 +25,7 @@ from typing import Any
 
 from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
+from tests.conftest import no_sleep
 
 from openprose.engine import runner
 from openprose.engine.errors import EngineError, ProgramError, ProgramFailed
@@ -281,10 +282,6 @@ class HostInterpreter(Interpreter):
         return await super().judge(node, ctx, key, *args, **kwargs)
 
 
-async def _no_sleep(seconds: float) -> None:
-    return None
-
-
 def walk(server: MCPServer | StdioServerParameters, era: dict[str, Any], source: str,
          file: str, inputs: dict[str, str], script: dict[str, Any],
          bridge_type: type[Bridge] = Bridge, concurrency: int = 16, reports: bool = True
@@ -298,7 +295,7 @@ def walk(server: MCPServer | StdioServerParameters, era: dict[str, Any], source:
         host = ToolHost(bridge, started["vm_token"], inputs, reports)
         interpreter = HostInterpreter(program, source, host, Subagents(host, script),
                                       file=file, inputs=dict(inputs),
-                                      options=Options(sleep=_no_sleep, loop_limit=50,
+                                      options=Options(sleep=no_sleep, loop_limit=50,
                                                       max_concurrency=concurrency))
         status, error = "completed", None
         try:
@@ -315,5 +312,5 @@ def engine_run(root: Path, source: str, file: str, inputs: dict[str, str],
                script: dict[str, Any]) -> runner.Outcome:
     program = compile_or_raise(source, file)
     job = runner.Job(source=source, file=file, program=program, project_root=root,
-                     inputs=dict(inputs), options=Options(sleep=_no_sleep, loop_limit=50))
+                     inputs=dict(inputs), options=Options(sleep=no_sleep, loop_limit=50))
     return asyncio.run(runner.execute(job, ScriptedProvider(script)))
