@@ -178,11 +178,13 @@ class AnthropicProvider(Provider):
         if work is not None:
             tools += work.definitions() + await work.server_tools()
         tools = [*tools[:-1], {**tools[-1], "cache_control": {"type": "ephemeral"}}]
-        text = briefs.system_text(briefs.brief_of(request), SESSION_TOOLS)
+        brief = briefs.brief_of(request)
+        text = briefs.system_text(brief, SESSION_TOOLS)
         if work is not None:
             text += "\n" + work_note(request)
         system = [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]
-        messages: list[dict[str, Any]] = [{"role": "user", "content": _session_task(request)}]
+        task = _session_task(request, brief)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
         allowed = {item.name for item in request.context}
         wrote = False
         usage = Usage()
@@ -377,8 +379,8 @@ def skills_note(request: SessionRequest) -> str:
     return "\n".join(lines)
 
 
-def _session_task(request: SessionRequest) -> str:
-    task = briefs.task_text(briefs.brief_of(request), SESSION_TOOLS)
+def _session_task(request: SessionRequest, brief: briefs.Brief) -> str:
+    task = briefs.task_text(brief, SESSION_TOOLS)
     if request.memory:
         task += "\n\nYour memory so far:\n" + request.memory
     return task

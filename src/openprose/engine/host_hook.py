@@ -167,9 +167,9 @@ def _check(gate: Gate, tool: str, args: dict[str, Any]
         return Decision(True, "network: prompt, left to the host's prompt", subject), \
             subject, "ask"
     decision = _sync(gate.network(ask=False))
-    hosts = gate.domains()
+    hosts, host = gate.domains(), host_of(subject)
     if decision.allowed and hosts is not None and (tool != "WebFetch" or not any(
-            host_of(subject) == h or host_of(subject).endswith("." + h) for h in hosts)):
+            host == h or host.endswith("." + h) for h in hosts)):
         decision = Decision(False, f"network: {list(gate.permissions.network or ())}", subject,
                             f"refused: agent '{gate.agent}' may not reach {subject!r} "
                             f"(network: {list(gate.permissions.network or ())})")

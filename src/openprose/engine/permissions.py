@@ -289,8 +289,8 @@ class Gate:
         mode = self.permissions.network
         if not isinstance(mode, tuple):
             return None
-        return tuple(dict.fromkeys(host_of(entry.strip()) for entry in mode
-                                   if host_of(entry.strip())))
+        hosts = (host_of(entry.strip()) for entry in mode)
+        return tuple(dict.fromkeys(host for host in hosts if host))
 
     async def _ask(self, tool: str, subject: str, rule: str, flag: str,
                    setting: str) -> Decision:
