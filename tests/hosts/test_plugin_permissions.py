@@ -5,6 +5,7 @@ the agent may do goes through."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from tests.hosts.claude_code import PLUGIN_DIR, PROSE, run_claude
 from tests.hosts.fake_messages import FakeMessagesAPI, Reply, text, tool_use
 from tests.hosts.host_model import calls, first_user_text
 
+from openprose.engine.host_hook import PATH_TOOLS, WEB_TOOLS
 from openprose.engine.permissions import Permissions, grant_fields
 from openprose.state import BindingRef, SessionStart, open_store
 
@@ -266,3 +268,11 @@ def test_the_hook_checks_where_a_search_pattern_reaches(tmp_path):
         records = store.open_run(run.id).tool_calls()
     assert [r.status for r in records] == ["refused"] * len(refused) + ["allowed"] * 5
     assert records[0].meta["subject"] == "../../etc/*"
+
+
+def test_the_plugin_runs_the_hook_for_exactly_the_tools_it_decides():
+    """hooks.json names the tools Claude Code hands to the hook; host_hook decides by its own
+    list. A tool in host_hook's list but not in the matcher would never be checked."""
+    hooks = json.loads((PLUGIN_DIR / "hooks" / "hooks.json").read_text(encoding="utf-8"))
+    [entry] = hooks["hooks"]["PreToolUse"]
+    assert set(entry["matcher"].split("|")) == {*PATH_TOOLS, "Bash", *WEB_TOOLS}
