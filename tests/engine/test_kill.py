@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.conftest import PG_URL
 
 from openprose.state import open_store
 
@@ -122,16 +123,10 @@ def _reference(tmp_path: Path, backend: str) -> tuple[dict, int]:
     return outputs, len(_log(root))
 
 
-PG_URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
+pytestmark = pytest.mark.usefixtures("postgres_env")
 BACKENDS = ["filesystem", "sqlite", pytest.param(
     "postgres", marks=[pytest.mark.postgres, pytest.mark.skipif(
         not PG_URL, reason="needs OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])]
-
-
-@pytest.fixture(autouse=True)
-def _postgres_env(monkeypatch):
-    if PG_URL:
-        monkeypatch.setenv("OPENPROSE_POSTGRES_URL", PG_URL)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.conftest import no_sleep
+from tests.conftest import PG_URL, no_sleep
 
 from openprose.engine import runner
 from openprose.engine.interpreter import Options
@@ -446,15 +446,11 @@ def test_the_consent_question_shows_control_characters_escaped():
     assert shown("rm -rf src\r\x1b[2Kecho hi") == "rm -rf src\\x0d\\x1b[2Kecho hi"
 
 
-PG_URL = os.environ.get("OPENPROSE_TEST_POSTGRES_URL")
-
-
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=[
     pytest.mark.postgres, pytest.mark.skipif(not PG_URL, reason="needs "
                                              "OPENPROSE_TEST_POSTGRES_URL (scripts/pg-up)")])])
-def test_tool_calls_are_recorded_on_the_database_backends_too(project, backend, monkeypatch):
-    if PG_URL:
-        monkeypatch.setenv("OPENPROSE_POSTGRES_URL", PG_URL)
+@pytest.mark.usefixtures("postgres_env")
+def test_tool_calls_are_recorded_on_the_database_backends_too(project, backend):
     source = AGENTS + 'output r = session: fixer\n  prompt: "go"\n'
     script = {"sessions": [_session([{"read": "src/app.py"},
                                      {"write": {"file_path": "README.md", "content": "x"}}])]}

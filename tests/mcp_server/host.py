@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -54,7 +53,3 @@ def corpus(name: str) -> str:
     if not path.is_file():
         pytest.skip(f"corpus not found beside the repository ({CORPUS})")
     return path.read_text(encoding="utf-8")
-
-
-def dump(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
