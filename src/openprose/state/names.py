@@ -92,7 +92,7 @@ def contained_path(raw: str, roots: list[Path], base: Path, *,
         raise PathEscapeError(str(err)) from None
     except PathRefused as err:
         raise InvalidNameError(str(err)) from None
-    holders = [root.resolve() for root in roots if resolved.is_relative_to(root.resolve())]
+    holders = [root for root in map(Path.resolve, roots) if resolved.is_relative_to(root)]
     below = resolved.relative_to(max(holders, key=lambda root: len(root.parts))).parts
     hidden = next((part for part in below if part.startswith(".")), None)
     if hidden is not None:
