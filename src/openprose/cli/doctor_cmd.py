@@ -112,7 +112,8 @@ def check_postgres(root: Path) -> Check:
                      "start the server or fix OPENPROSE_POSTGRES_URL (.prose/.env or the "
                      "environment)")
     if problem is not None:
-        return Check("postgresql", "fail", f"PostgreSQL {version} at {postgres_shown(url)}: {problem}",
+        return Check("postgresql", "fail",
+                     f"PostgreSQL {version} at {postgres_shown(url)}: {problem}",
                      "point OPENPROSE_POSTGRES_URL at a UTF8 database")
     return Check("postgresql", "ok", f"PostgreSQL {version} at {postgres_shown(url)}, schema "
                                      f"{postgres_schema(root)}")

@@ -96,9 +96,10 @@ def settings(project_root: Path, environ: Mapping[str, str] | None = None) -> di
         path = project_root / ".prose" / ".env"
         if (str(path), ignored) not in _warned:
             _warned.add((str(path), ignored))
-            print(f"warning: {printable(str(path))} is committed to git, so its {', '.join(ignored)} "
-                  "(settings that carry trust) are ignored; set them in the environment, or "
-                  "untrack the file (git rm --cached .prose/.env)", file=sys.stderr)
+            print(f"warning: {printable(str(path))} is committed to git, so its "
+                  f"{', '.join(ignored)} (settings that carry trust) are ignored; set them in "
+                  "the environment, or untrack the file (git rm --cached .prose/.env)",
+                  file=sys.stderr)
         for key in ignored:
             del file[key]
     return {**(os.environ if environ is None else environ), **file}

@@ -456,10 +456,10 @@ class FilesystemBackend(Backend):
             sweep_temps(self.contained(directory))
 
     def repair(self, run_id: str) -> None:
-        """After a crash: end torn log lines, sweep orphaned temp files, and make every binding file agree with the last
-        journal record about it. A file last written by a session's result is rewritten from
-        the result if it is missing, torn or different; a file rewritten since (a write
-        note) is kept unless it is missing or torn."""
+        """After a crash: end torn log lines, sweep orphaned temp files, and make every
+        binding file agree with the last journal record about it. A file last written by a
+        session's result is rewritten from the result if it is missing, torn or different; a
+        file rewritten since (a write note) is kept unless it is missing or torn."""
         self._end_torn_lines(run_id)
         self.sweep_temps(run_id)
         state = self._run_file(run_id, "state.md")

@@ -199,7 +199,8 @@ class PostgresBackend(SqlBackend):
                           (token_hash,))
         if not rows:
             return None
-        return rows[0][0], grant_from_json(rows[0][1], self.table_location(rows[0][0], "capabilities"))
+        run_id, body = rows[0]
+        return run_id, grant_from_json(body, self.table_location(run_id, "capabilities"))
 
     def close(self) -> None:
         self.pool.close()

@@ -1,7 +1,8 @@
 """What the SQL backends share: the tables, and every statement written once with ``?``
-placeholders (:mod:`.sqlite` and :mod:`.postgres` supply connections and dialect). The tables follow the seeds' schema with ``run_id``
-columns; root scope is stored as execution_id 0 (ruling 4). Every write is one transaction;
-durable steps commit with a synchronous flush, the rest (intents, grants, frames, state) do not.
+placeholders (:mod:`.sqlite` and :mod:`.postgres` supply connections and dialect). The tables
+follow the seeds' schema with ``run_id`` columns; root scope is stored as execution_id 0
+(ruling 4). Every write is one transaction; durable steps commit with a synchronous flush,
+the rest (intents, grants, frames, state) do not.
 """
 
 from __future__ import annotations

@@ -237,8 +237,8 @@ class SqliteBackend(SqlBackend):
             rows = self.fetch(candidate, "SELECT body FROM capabilities WHERE hash = ?",
                               (token_hash,))
             if rows:
-                return candidate, grant_from_json(rows[0][0],
-                                         self.table_location(candidate, "capabilities"))
+                return candidate, grant_from_json(
+                    rows[0][0], self.table_location(candidate, "capabilities"))
         return None
 
     def release(self, run_id: str) -> None:
