@@ -50,7 +50,7 @@ from openprose.engine.values import Value
 from openprose.engine.work_tools import WorkSetup, WorkTools
 from openprose.language import nodes as n
 from openprose.language import paths
-from openprose.language.analysis import NodeVisitor, analyze
+from openprose.language.analysis import Analysis, NodeVisitor, analyze
 
 
 @dataclass(slots=True)
@@ -152,9 +152,10 @@ class Interpreter(NodeVisitor):
         semaphore: asyncio.Semaphore | None = None,
         totals: Totals | None = None,
         root_path: str = "",
+        analysis: Analysis | None = None,
     ) -> None:
         self.program = program
-        self.analysis = analyze(program, source)
+        self.analysis = analysis or analyze(program, source)
         self.lines = source.splitlines()
         self.journal = journal
         self.provider = provider
@@ -169,6 +170,9 @@ class Interpreter(NodeVisitor):
         self.blocks = program.blocks
         self.outputs: dict[str, Value] = {}
         self.escaped: dict[str, Slot] = {}
+        #: The analyses of the imported programs this one has called (each call is a new
+        #: interpreter; a program called in a loop is analysed once).
+        self.callee_analyses: dict[str, Analysis] = {}
 
     async def run(self) -> dict[str, Value]:
         """Run the program; return its outputs (``output`` bindings by name)."""
@@ -828,13 +832,17 @@ class Interpreter(NodeVisitor):
         if imported is None:
             raise ValueFault(f"'{node.callee}' is not an imported program")
         args = {a.name: await self.visit(a.value, ctx) for a in node.args}
+        analysis = self.callee_analyses.get(node.callee)
+        if analysis is None:
+            analysis = analyze(imported.program, imported.source)
+            self.callee_analyses[node.callee] = analysis
         child = Interpreter(
             imported.program, imported.source, self.journal.child(imported.handle,
                                                                   imported.source),
             self.provider, file=imported.file, inputs=args, imports=imported.imports,
             options=self.options,
             semaphore=self.semaphore, totals=self.totals,
-            root_path=paths.call(ctx.path, node.callee))
+            root_path=paths.call(ctx.path, node.callee), analysis=analysis)
         try:
             return await child.run()
         except MissingInput as err:
