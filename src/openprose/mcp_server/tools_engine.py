@@ -53,11 +53,11 @@ from openprose.mcp_server.engine_results import (
 from openprose.mcp_server.engine_runs import EngineRun, EngineRuns, prepare
 from openprose.mcp_server.guided import (
     JUDGMENT_PREFIX,
-    SESSION_PREFIX,
     HostProvider,
     Item,
     ItemRefused,
     SessionItem,
+    is_guided_token,
 )
 from openprose.mcp_server.prompts import PromptError
 from openprose.mcp_server.prompts import compiled as compiled_program
@@ -212,7 +212,7 @@ class GuidedRoute:
         self.modes = modes
 
     def owns(self, token: str) -> bool:
-        return isinstance(token, str) and token.startswith((SESSION_PREFIX, JUDGMENT_PREFIX))
+        return isinstance(token, str) and is_guided_token(token)
 
     async def brief(self, token: str) -> CallToolResult:
         _, host = self.modes.item_owner(token)
