@@ -19,7 +19,7 @@ from openprose.engine.permissions import (
 )
 from openprose.engine.runner import given_inputs
 from openprose.language import nodes as n
-from openprose.language.analysis import SESSION_KINDS, Agent, Statement
+from openprose.language.analysis import BINDING_KINDS, SESSION_KINDS, Agent, Statement
 from openprose.mcp_server.briefing import EMBODIED_TOOLS, START, brief_reply
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.follow import same_text
@@ -49,7 +49,6 @@ from openprose.state import FOLLOWED_STEP, AgentRef, BindingRef, SessionStart
 
 READ_LIMIT = 100_000
 PROMPT_SHOWN = 600  # characters of the program's prompt a refusal shows
-SESSION_BINDING_KINDS = frozenset({"let", "const", "output", "input"})
 
 
 def session_node(statement: Statement) -> n.Session | None:
@@ -336,7 +335,7 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
                           f"'session: {st.agent}'", st)
     if st.binds is not None:
         ref = BindingRef(st.binds, eid)
-        kind = st.binding_kind if st.binding_kind in SESSION_BINDING_KINDS else "let"
+        kind = st.binding_kind if st.binding_kind in BINDING_KINDS else "let"
     else:
         ref = BindingRef(driven.run.next_anonymous(), eid)
         kind = "anonymous"
@@ -472,7 +471,7 @@ async def _vm_write(ctx: ServerContext, token: str, name: str, value: str, copy_
     if any(p.ref == ref for p in driven.pending.values()):
         raise Refusal("a session's binding is written by that session (with its session "
                       "token)", f"the session for '{name}' is still pending", statement)
-    kind = statement.binding_kind if statement.binding_kind in SESSION_BINDING_KINDS else "let"
+    kind = statement.binding_kind if statement.binding_kind in BINDING_KINDS else "let"
     if copy_of:
         found = driven.resolve(copy_of, eid)
         if found is None:
