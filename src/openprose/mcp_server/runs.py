@@ -34,7 +34,6 @@ from openprose.engine.journal import Recorded
 from openprose.engine.runner import run_inputs
 from openprose.language import compile as compile_program
 from openprose.language.analysis import Agent, Analysis, Statement, analyze
-from openprose.language.nodes import Program
 from openprose.mcp_server.follow import Follower, Replay
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.resources import RunCatalog
@@ -309,13 +308,15 @@ class DrivenRun:
                 driven.pending[key] = Pending(statement, ref, key, entry.input_hash,
                                               path=entry.meta.get("path"))
         if mode == HOST and run.status == "running" and _in_event_loop():
-            driven.follow(result.program)
+            driven.follow()
         return driven
 
-    def follow(self, program: Program) -> None:
+    def follow(self) -> None:
         """Follow the program beside the host from where the journal says the run is (not
         for programs that call imported programs)."""
-        if any(s.kind == "call_program" for s in self.outline.statements.values()):
+        program = self.outline.program
+        if program is None or any(s.kind == "call_program"
+                                  for s in self.outline.statements.values()):
             return
         self.follower = Follower.start(
             program, self.run.program_source, self.file, self.outline,
@@ -329,10 +330,7 @@ class DrivenRun:
                 or self.status != "running":
             return
         self.follower.close()
-        result = compile_program(self.run.program_source, self.run.program_path,
-                                 root=self.run.store.project_root.resolve())
-        if result.program is not None:
-            self.follow(result.program)
+        self.follow()  # the analysis keeps the program compiled when the run was loaded
         self.render()
 
     def bind_input(self, ref: BindingRef, value: str, source: str) -> None:
@@ -346,9 +344,9 @@ class DrivenRun:
     def replay(self) -> Replay:
         """What the followed run did before (see :class:`~.follow.Replay`), from the
         journal: sessions by the interpreter key their grant noted, verdicts, frames."""
-        replay = Replay(frames={f.key: f.execution_id for f in self.run.frames() if f.key},
-                        popped={f.execution_id for f in self.run.frames()
-                                if f.status == "completed"})
+        frames = self.run.frames()
+        replay = Replay(frames={f.key: f.execution_id for f in frames if f.key},
+                        popped={f.execution_id for f in frames if f.status == "completed"})
         results = {e.key: e for e in self.run.journal_entries() if e.kind == "result"}
         for key, entry in results.items():
             if not key.startswith(FOLLOWED_STEP):

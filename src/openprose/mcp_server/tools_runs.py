@@ -198,7 +198,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         token = record_driver(driven, mode, client_name(context))
         record_given(run, given)  # each is bound when the program reaches it, as in prose run
         if mode == HOST:
-            driven.follow(compiled.program)
+            driven.follow()
         driven.render()
         ctx.registry.add(driven)
         extra = None
