@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ from openprose.engine.journal import Recorded, SessionSpec
 from openprose.engine.values import Value, to_text
 from openprose.errors import OpenProseError
 from openprose.language import nodes as n
+from openprose.language import paths
 from openprose.language.analysis import Analysis, Statement
 from openprose.mcp_server.guided import HostProvider, ItemRefused, JudgmentItem, SessionItem
 from openprose.mcp_server.refusal import Refusal
@@ -36,26 +36,35 @@ QUIET_TURNS = 20
 #: A parallel fan-out's window: every iteration parks at once, as the host may start them.
 FAN_OUT = 1 << 20
 RULE = "a statement starts when the program reaches it (the server follows the program)"
-_FRAME = re.compile(r"^(.*>[^.\[|>?]+)")
 
 
 def statement_of(key: str) -> str:
     """The outline id of an interpreter step key: block call sites, iterations and judgment
-    rounds removed (``3[1]>review.0`` -> ``review.0``)."""
-    body = key.rsplit(">", 1)[-1]
-    out, depth = [], 0
-    for char in body:
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        elif depth == 0:
-            out.append(char)
-    return "".join(out).split("?")[0]
+    rounds removed (``3[1]>review.0`` -> ``review.0``); read with the key format's one
+    definition (:func:`openprose.language.paths.tokens`)."""
+    path = ""
+    for kind, value, _ in paths.tokens(key):
+        if kind == "call":
+            path = value
+        elif kind == "step":
+            path = paths.child(path, value)
+        elif kind == "branch":
+            path = paths.branch(path, int(value))
+    return path
 
 
 def round_of(key: str) -> int:
-    return int(key.rsplit("?", 1)[1]) if "?" in key else 0
+    """The judgment round a verdict key ends with (0: none)."""
+    rounds = [int(value) for kind, value, _ in paths.tokens(key) if kind == "judgment"]
+    return rounds[-1] if rounds else 0
+
+
+def frame_key(key: str) -> str | None:
+    """The key of the block call whose frame the step at ``key`` runs in (None: the top
+    level)."""
+    calls = [paths.call(before, value) for kind, value, before in paths.tokens(key)
+             if kind == "call"]
+    return calls[-1] if calls else None
 
 
 def same_text(a: str, b: str) -> bool:
@@ -345,10 +354,10 @@ class Follower:
                                  if f and self.host_eid(f) is not None)]
 
     def _frame_of(self, key: str) -> int | None:
-        match = _FRAME.match(key)
-        if match is None:
+        call = frame_key(key)
+        if call is None:
             return None
-        return next((c.own for c in self.calls.values() if c.key == match.group(1)), -1)
+        return next((c.own for c in self.calls.values() if c.key == call), -1)
 
     # ------------------------------------------------------------------ what comes next
     def sessions(self) -> list[SessionItem]:
@@ -545,5 +554,5 @@ class Follower:
         return Refusal("a run completes when its program has finished",
                        f"{detail}; next: {self.expected()}")
 
-__all__ = ["FollowedCall", "Follower", "Replay", "round_of", "same_text",
+__all__ = ["FollowedCall", "Follower", "Replay", "frame_key", "round_of", "same_text",
            "statement_of"]
