@@ -23,7 +23,6 @@ from openprose.engine import EngineError, Interpreter, Options, ProgramError, Us
 from openprose.engine.journal import Recorded, SessionSpec
 from openprose.engine.values import Value, to_text
 from openprose.errors import OpenProseError
-from openprose.language import nodes as n
 from openprose.language import paths
 from openprose.language.analysis import Analysis, Statement
 from openprose.mcp_server.guided import HostProvider, ItemRefused, JudgmentItem, SessionItem
@@ -251,10 +250,13 @@ class Follower:
     answers: dict[str, str] = field(default_factory=dict)  # inputs written before reached
 
     @classmethod
-    def start(cls, program: n.Program, source: str, file: str, outline: Analysis,
+    def start(cls, outline: Analysis, source: str, file: str,
               inputs: dict[str, str], has_memory: Callable[[str], bool],
               replay: Replay | None = None, on_failure: Callable[[], None] | None = None,
               on_input: Callable[[BindingRef, str, str], None] | None = None) -> Follower:
+        """Follow the program ``outline`` was made of (compiled from ``source``)."""
+        program = outline.program
+        assert program is not None  # an analysis of a compiled program keeps it
         follower = cls(outline, on_failure=on_failure, on_input=on_input)
         follower.journal = _Journal(follower, has_memory, replay or Replay())
         options = Options(max_concurrency=FAN_OUT, sleep=_no_sleep, ask=follower.ask,

@@ -319,9 +319,8 @@ class DrivenRun:
                                   for s in self.outline.statements.values()):
             return
         self.follower = Follower.start(
-            program, self.run.program_source, self.file, self.outline,
-            run_inputs(self.run, program), self.has_memory, self.replay(),
-            on_failure=self.render, on_input=self.bind_input)
+            self.outline, self.run.program_source, self.file, run_inputs(self.run, program),
+            self.has_memory, self.replay(), on_failure=self.render, on_input=self.bind_input)
 
     def follow_again(self) -> None:
         """resume_run of a running run whose followed program failed: a fresh follower

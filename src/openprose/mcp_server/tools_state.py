@@ -206,9 +206,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                     "hash": keys.input_hash(request.text, request.options, request.round)})
                 await driven.follower.judged(asked, value, reason)
             await ctx.changed(driven.id)
-        shown = recorded if recorded is not None else None
         result = VerdictResult(statement=st.id, execution_id=eid, iteration=iteration,
-                               value=value, reason=shown.reason if shown else reason,
+                               value=value, reason=recorded.reason if recorded else reason,
                                recorded=recorded is None)
         return reply(result, f"verdict {st.id} round {iteration}: {value!r} "
                              + ("recorded" if recorded is None else "(already recorded)"))
