@@ -67,7 +67,7 @@ def session_model(statement: Statement, agent: Agent | None) -> str | None:
 
 def session_brief(driven: DrivenRun, statement: Statement, binding: str, prompt: str,
                   context: list[BindingRef], agent: Agent | None,
-                  memory: AgentRef | None, execution_id: int | None = None) -> Brief:
+                  memory: AgentRef | None, permissions: Permissions | None) -> Brief:
     """The brief of an embodied session: the task the VM wrote, its agent's role and model,
     the context it may read (names, kinds, sizes), whether it keeps memory, and what it may
     do (its permissions, when the program gives any)."""
@@ -81,8 +81,7 @@ def session_brief(driven: DrivenRun, statement: Statement, binding: str, prompt:
                  role=(agent.prompt or "").strip() if agent else "",
                  model=session_model(statement, agent), context=tuple(entries),
                  persistent=memory is not None, run=driven.id,
-                 permissions=brief_permissions(statement_permissions(
-                     driven, statement, agent, execution_id)))
+                 permissions=brief_permissions(permissions))
 
 
 def statement_permissions(driven: DrivenRun, statement: Statement, agent: Agent | None,
@@ -124,8 +123,9 @@ def restored_brief(driven: DrivenRun, pending: Pending, context: list[BindingRef
     definition = driven.outline.agents.get(st.agent) if st.agent else None
     memory = agent_ref(definition) if definition is not None else None
     task = f"Do what this program statement asks (line {st.line}):\n{st.source}"
+    permissions = statement_permissions(driven, st, definition, pending.ref.execution_id)
     return session_brief(driven, st, pending.ref.name, task, context, definition, memory,
-                         pending.ref.execution_id)
+                         permissions)
 
 
 def confirmation_text(result: WriteResult) -> str:
@@ -342,12 +342,12 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
     sequence = driven.sequence[(st.id, eid or 0)] + 1
     key = session_key(st.id, eid, sequence)
     input_hash = digest("\n".join([prompt, *(name for name, _ in named)]))[:16]
+    permissions = statement_permissions(driven, st, definition, eid)
     start = SessionStart(key, input_hash, ref, kind, st.source, tuple(refs), memory,
                          {"line": st.line, "statement": st.id,
                           "binding": [ref.name, ref.execution_id],
                           **({"path": followed[1].key} if followed else {})},
-                         grant_fields(st.agent, statement_permissions(driven, st, definition,
-                                                                      eid), key, st.line))
+                         grant_fields(st.agent, permissions, key, st.line))
     with state_errors("spawn_session", st):
         granted = driven.run.start_sessions([start])[0]
     if isinstance(granted, Exception):
@@ -358,7 +358,7 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
     driven.sequence[(st.id, eid or 0)] = sequence
     driven.pending[key] = Pending(st, ref, key, input_hash, granted.token,
                                   session_brief(driven, st, ref.name, prompt, refs,
-                                                definition, memory, eid),
+                                                definition, memory, permissions),
                                   followed[0].token if followed else None,
                                   followed[1].key if followed else None)
     result = SpawnResult(session_token=granted.token, binding=ref.name,
