@@ -87,6 +87,12 @@ def verdict_key(statement: str, execution_id: int | None, iteration: int) -> str
     return f"{SESSION_PREFIX}{statement}@{execution_id or 0}?{iteration}"
 
 
+def program_call(outline: Analysis) -> Statement | None:
+    """The program's first call of an imported program (None: it calls none). The follower
+    of an embodied run does not enter imported programs, so such a program is not followed."""
+    return next((s for s in outline.statements.values() if s.kind == "call_program"), None)
+
+
 def agent_ref(agent: Agent) -> AgentRef | None:
     """Where a persistent agent's memory is (None: the agent is not persistent)."""
     return AgentRef.of(agent.name, agent.persist) if agent.persist is not None else None
@@ -315,8 +321,7 @@ class DrivenRun:
         """Follow the program beside the host from where the journal says the run is (not
         for programs that call imported programs)."""
         program = self.outline.program
-        if program is None or any(s.kind == "call_program"
-                                  for s in self.outline.statements.values()):
+        if program is None or program_call(self.outline) is not None:
             return
         self.follower = Follower.start(
             self.outline, self.run.program_source, self.file, run_inputs(self.run, program),

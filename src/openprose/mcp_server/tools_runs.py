@@ -46,6 +46,7 @@ from openprose.mcp_server.runs import (
     DrivenRun,
     digest,
     new_vm_token,
+    program_call,
 )
 from openprose.state import BackendUnavailable, BindingRef, StateError, new_run_id
 
@@ -352,7 +353,7 @@ def refuse_unfollowed(outline: Analysis, modes: dict[str, Any]) -> None:
     """An embodied run is checked step by step by following its program; the follower does
     not enter imported programs, so a program that calls one is not offered embodied (its
     walk through the imported program could not be checked)."""
-    call = next((s for s in outline.statements.values() if s.kind == "call_program"), None)
+    call = program_call(outline)
     if call is None:
         return
     instead = "start_run(program, mode=\"guided\"), where the server runs both programs" \
