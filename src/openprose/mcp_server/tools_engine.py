@@ -136,8 +136,7 @@ class GuidedMode:
     def __init__(self, modes: EngineModes) -> None:
         self.modes = modes
 
-    async def started(self, ctx: ServerContext, driven: DrivenRun,
-                      options: dict[str, Any]) -> str | None:
+    async def started(self, ctx: ServerContext, driven: DrivenRun) -> str | None:
         missing = _missing(driven)
         if missing:
             return ("guided: waiting for inputs " + ", ".join(missing) + "; give them with "
@@ -149,10 +148,6 @@ class GuidedMode:
     async def start_engine(self, driven: DrivenRun) -> EngineRun:
         return await self.modes.launch(driven.id, GUIDED, HostProvider(driven.id),
                                        driven.backend, GUIDED_CONCURRENCY)
-
-    async def session_written(self, ctx: ServerContext, driven: DrivenRun, pending: Any,
-                              binding: Any) -> None:
-        """Guided sessions are written through their own tokens (see :class:`GuidedRoute`)."""
 
     async def resumed(self, ctx: ServerContext, driven: DrivenRun) -> str | None:
         live = self.modes.engines.get(driven.id)
@@ -173,13 +168,8 @@ class DelegatedMode:
         self.modes = modes
         self.client: Context | None = None  # the client of the current call (sampling)
 
-    async def started(self, ctx: ServerContext, driven: DrivenRun,
-                      options: dict[str, Any]) -> str | None:
+    async def started(self, ctx: ServerContext, driven: DrivenRun) -> str | None:
         raise Refusal("delegated runs are started with run_program", "use run_program")
-
-    async def session_written(self, ctx: ServerContext, driven: DrivenRun, pending: Any,
-                              binding: Any) -> None:
-        """Delegated sessions are written by the engine itself."""
 
     async def resumed(self, ctx: ServerContext, driven: DrivenRun) -> str | None:
         live = self.modes.engines.get(driven.id)

@@ -204,7 +204,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         ctx.registry.add(driven)
         extra = None
         if mode != HOST:
-            extra = await ctx.modes[mode].started(ctx, driven, {"inputs": given})
+            extra = await ctx.modes[mode].started(ctx, driven)
         await ctx.changed(run.id)
         missing = [name for name in outline.inputs if name not in given] if mode == HOST \
             else [name for name, _ in input_rules.missing(compiled.program, given)]

@@ -398,9 +398,6 @@ async def _session_write(ctx: ServerContext, token: str, name: str, value: str, 
     follows = await followed_session(driven, pending)
     if follows is not None and driven.follower is not None:
         await driven.follower.written(follows, value, summary)
-    hooks = ctx.modes.get(driven.mode)
-    if hooks is not None:
-        await hooks.session_written(ctx, driven, pending, binding)
     await ctx.changed(driven.id, [binding_uri_name(ref)])
     return reply(result, confirmation_text(result))
 
