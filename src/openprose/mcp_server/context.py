@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from mcp.server.mcpserver import Context
+
 from openprose.mcp_server.resources import RunCatalog
 from openprose.mcp_server.runs import DrivenRun, RunRegistry
 from openprose.mcp_server.updates import RunUpdates
@@ -20,7 +22,8 @@ class Mode(Protocol):
     async def started(self, ctx: ServerContext, driven: DrivenRun) -> str | None:
         """A run was started in this mode; the text returned is appended to the reply."""
 
-    async def resumed(self, ctx: ServerContext, driven: DrivenRun) -> str | None:
+    async def resumed(self, ctx: ServerContext, driven: DrivenRun, client: Context
+                      ) -> str | None:
         """The run was resumed (fresh VM token issued); the text is appended to the reply."""
 
 

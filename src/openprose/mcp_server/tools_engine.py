@@ -149,7 +149,8 @@ class GuidedMode:
         return await self.modes.launch(driven.id, GUIDED, HostProvider(driven.id),
                                        driven.backend, GUIDED_CONCURRENCY)
 
-    async def resumed(self, ctx: ServerContext, driven: DrivenRun) -> str | None:
+    async def resumed(self, ctx: ServerContext, driven: DrivenRun, client: Context
+                      ) -> str | None:
         live = self.modes.engines.get(driven.id)
         if live is not None and live.live:
             return "guided: the engine is running; next_step lists what is pending"
@@ -166,12 +167,13 @@ class DelegatedMode:
 
     def __init__(self, modes: EngineModes) -> None:
         self.modes = modes
-        self.client: Context | None = None  # the client of the current call (sampling)
 
     async def started(self, ctx: ServerContext, driven: DrivenRun) -> str | None:
         raise Refusal("delegated runs are started with run_program", "use run_program")
 
-    async def resumed(self, ctx: ServerContext, driven: DrivenRun) -> str | None:
+    async def resumed(self, ctx: ServerContext, driven: DrivenRun, client: Context
+                      ) -> str | None:
+        """``client``: the resuming call's client, whose model a run on sampling asks."""
         live = self.modes.engines.get(driven.id)
         if live is not None and live.live:
             return "delegated: the engine is running it; get_run(run_id) shows where"
@@ -181,7 +183,7 @@ class DelegatedMode:
         record = driven.run.journal(DELEGATION_KEY)
         meta = dict(record.meta) if record is not None else {}
         provider = build_provider(meta.get("provider", "anthropic"), meta.get("script"),
-                                  ctx.project_root, self.client)
+                                  ctx.project_root, client)
         await self.modes.launch(driven.id, DELEGATED, provider, driven.backend,
                                 int(meta.get("max_concurrency", 16)))
         return f"delegated: the engine continues the run on {provider.name}; get_run(run_id)"

@@ -289,10 +289,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                               taking_over=known is not None and known.driver is not None)
         extra = None
         if mode != HOST and mode in ctx.modes:
-            hook = ctx.modes[mode]
-            if hasattr(hook, "client"):
-                hook.client = context  # a delegated run on sampling asks this client
-            extra = await hook.resumed(ctx, driven)
+            extra = await ctx.modes[mode].resumed(ctx, driven, context)
         status = status_of(driven)
         result = ResumeResult(run_id=run_id, vm_token=token, mode=mode, status=status.status,
                               outline=outline_items(driven.outline) if mode == HOST else [])
