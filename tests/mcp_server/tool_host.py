@@ -29,7 +29,7 @@ from tests.conftest import no_sleep
 
 from openprose.engine import runner
 from openprose.engine.errors import EngineError, ProgramError, ProgramFailed
-from openprose.engine.interpreter import Interpreter, Options
+from openprose.engine.interpreter import Interpreter, Options, Totals
 from openprose.engine.provider import Provider, SessionRequest, SessionResult, Usage
 from openprose.engine.scripted import ScriptedProvider
 from openprose.engine.values import to_text
@@ -47,7 +47,10 @@ class Refused(AssertionError):
 
 
 class Bridge:
-    """An MCP client on a thread of its own; ``call`` blocks, ``acall`` awaits."""
+    """An MCP client on a thread of its own; ``call`` blocks, ``acall`` awaits (blocks too
+    when ``serial``: then when each answer arrives cannot reorder the walk's next calls)."""
+
+    serial = False
 
     def __init__(self, server: MCPServer | StdioServerParameters, era: dict[str, Any]) -> None:
         self.server, self.era = server, era
@@ -96,6 +99,8 @@ class Bridge:
                                                 self.loop).result(timeout=60)
 
     async def acall(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        if self.serial:  # the walk's event loop waits: no answer lands mid-step
+            return self.call(tool, **arguments)
         future = asyncio.run_coroutine_threadsafe(self._call(tool, arguments), self.loop)
         return await asyncio.wrap_future(future)
 
@@ -265,6 +270,15 @@ class Subagents(Provider):
         return await self.model.judge(request)
 
 
+class Untimed(Totals):
+    """Totals that note no call durations: a parallel loop's next iteration starts at once
+    rather than a fraction of a measured call later, so how long calls took cannot change
+    the order of a one-at-a-time walk."""
+
+    def note_call(self, seconds: float) -> None:
+        return None
+
+
 class HostInterpreter(Interpreter):
     async def bind(self, name: str, kind: str, expr: Any, stmt: Any, ctx: Any) -> Any:
         """``let x = a -> session b``: the engine binds ``x`` again after ``b`` wrote it; a
@@ -290,13 +304,16 @@ def walk(server: MCPServer | StdioServerParameters, era: dict[str, Any], source:
     process or a ``prose serve`` over stdio; (run id, status, tools called). ``concurrency``
     1 steps one session or judgment at a time, in the same order every time."""
     program = compile_or_raise(source, file)
+    serial = concurrency == 1
     with bridge_type(server, era) as bridge:
+        bridge.serial = serial
         started = bridge.call("start_run", program=file, inputs=inputs)
         host = ToolHost(bridge, started["vm_token"], inputs, reports)
         interpreter = HostInterpreter(program, source, host, Subagents(host, script),
                                       file=file, inputs=dict(inputs),
                                       options=Options(sleep=no_sleep, loop_limit=50,
-                                                      max_concurrency=concurrency))
+                                                      max_concurrency=concurrency),
+                                      totals=Untimed() if serial else None)
         status, error = "completed", None
         try:
             asyncio.run(interpreter.run())
