@@ -195,9 +195,12 @@ async def test_missing_input_is_listed_without_elicitation(era, root):
 
 
 async def test_cancel_then_resume_continues_without_repeating_work(root):
-    (root / "slow.yaml").write_text("default_output: done\nlatency: 0.3\nsessions:\n"
-                                    "  - match: Research\n    latency: 0\n    output: notes\n"
-                                    "conditions:\n  - match: .\n    verdicts: [true]\n")
+    # Sessions after the research are held until the cancel (an hour each: the run cannot
+    # end first however slow the machine); the resume finds them quick.
+    slow = ("default_output: done\nlatency: LATENCY\nsessions:\n"
+            "  - match: Research\n    latency: 0\n    output: notes\n"
+            "conditions:\n  - match: .\n    latency: 0\n    verdicts: [true]\n")
+    (root / "slow.yaml").write_text(slow.replace("LATENCY", "3600"))
     async with Client(create_server(root, watch=False), mode="legacy") as client:
         started = await client.call_tool("run_program", {
             "program": "p.prose", "inputs": {"topic": "t"}, "provider": "scripted",
@@ -214,6 +217,7 @@ async def test_cancel_then_resume_continues_without_repeating_work(root):
         assert cancelled.structured_content["status"] == "interrupted"
         again = await client.call_tool("cancel_run", {"run_id": run_id})
         assert again.is_error and "not running here" in again.content[0].text
+        (root / "slow.yaml").write_text(slow.replace("LATENCY", "0"))
         resumed = await client.call_tool("resume_run", {"run_id": run_id})
         assert not resumed.is_error, resumed.content[0].text
         with anyio.fail_after(120):  # polls until the resumed run ends
