@@ -164,3 +164,44 @@ def test_checking_the_file_runs_no_hook_of_the_repository(tmp_path: Path) -> Non
                             capture_output=True, text=True, timeout=120)
     assert "committed to git" in doctor.stdout, doctor.stdout
     assert not marker.exists()
+
+
+def test_git_is_asked_again_only_when_the_file_or_the_index_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings are read on every MCP request: git's answer is kept while neither the file
+    nor git's index changed, and a change either way is seen at the next read."""
+    from openprose.state import config
+
+    asked: list[tuple[str, ...]] = []
+    real = config.run_git
+
+    def counting(root: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[bytes]:
+        asked.append(args)
+        return real(root, *args, timeout=timeout)
+
+    monkeypatch.setattr(config, "run_git", counting)
+    root = tmp_path / "cloned"
+    (root / ".prose").mkdir(parents=True)
+    env = root / ".prose" / ".env"
+    env.write_text("ANTHROPIC_API_KEY=sk-ant-committed\n")
+    git(root, "init", "-q")
+    git(root, "add", ".prose/.env")
+    git(root, "commit", "-qm", "clone me")
+    assert config.untrusted_env_keys(root) == ("ANTHROPIC_API_KEY",)
+    assert config.untrusted_env_keys(root) == ("ANTHROPIC_API_KEY",)
+    assert len(asked) == 1
+    git(root, "rm", "-q", "--cached", ".prose/.env")  # the index changes
+    assert config.untrusted_env_keys(root) == ()
+    assert len(asked) == 2
+    git(root, "add", ".prose/.env")
+    assert config.untrusted_env_keys(root) == ("ANTHROPIC_API_KEY",)
+    env.write_text("ANTHROPIC_API_KEY=sk-ant-other-value\n")  # the file changes
+    assert config.untrusted_env_keys(root) == ("ANTHROPIC_API_KEY",)
+    assert len(asked) == 4
+    nested = tmp_path / "plain"
+    (nested / ".prose").mkdir(parents=True)
+    (nested / ".prose" / ".env").write_text("ANTHROPIC_API_KEY=mine\n")
+    assert config.untrusted_env_keys(nested) == ()  # no repository: the user's file
+    git(tmp_path, "init", "-q")  # a repository made above it, then the file committed
+    git(tmp_path, "add", "plain/.prose/.env")
+    assert config.untrusted_env_keys(nested) == ("ANTHROPIC_API_KEY",)

@@ -57,6 +57,11 @@ TRUST_SETTINGS = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", POSTGRES_
 TRUST_PREFIXES = ("OPENPROSE_ALLOW_", "OPENPROSE_PRICE_")
 _GIT_TIMEOUT = 5
 _warned: set[tuple[str, tuple[str, ...]]] = set()
+#: Per project: what git answered on whether it tracks ``.prose/.env``, and the identities
+#: of the file and the git index it answered from (see :func:`_env_tracked`).
+_tracked: dict[Path, tuple[tuple[object, ...], bool]] = {}
+#: Variables that point git elsewhere than the ``.git`` found above the project.
+_GIT_PLACES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_CEILING_DIRECTORIES")
 
 
 def untrusted_env_keys(project_root: Path, file: Mapping[str, str] | None = None
@@ -70,13 +75,56 @@ def untrusted_env_keys(project_root: Path, file: Mapping[str, str] | None = None
     if not keys:
         return ()
     try:
-        tracked = run_git(project_root, "ls-files", "--error-unmatch", "--", ".prose/.env",
-                          timeout=_GIT_TIMEOUT).returncode == 0
+        tracked = _env_tracked(project_root)
     except OSError:  # no git (or no project directory): nothing says the file was cloned
         return ()
     except subprocess.TimeoutExpired:  # cannot tell: the trust settings are not taken
         tracked = True
     return keys if tracked else ()
+
+
+def _env_tracked(project_root: Path) -> bool:
+    """Whether git tracks ``.prose/.env``. Settings are read on every MCP request, so git's
+    answer is kept until the file or the index it came from changes (``git add``, a commit,
+    ``git rm --cached`` and ``git init`` above the project all do); nothing is kept while
+    git is pointed elsewhere by the environment."""
+    try:
+        key: tuple[object, ...] | None = (_identity(project_root / ".prose" / ".env"),
+                                          *_git_index(project_root))
+    except OSError:  # an unreadable .git file: git is asked every time
+        key = None
+    cached = _tracked.get(project_root)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    tracked = run_git(project_root, "ls-files", "--error-unmatch", "--", ".prose/.env",
+                      timeout=_GIT_TIMEOUT).returncode == 0
+    if key is not None and not any(name in os.environ for name in _GIT_PLACES):
+        _tracked[project_root] = (key, tracked)
+    return tracked
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _git_index(project_root: Path) -> tuple[str | None, tuple[int, int, int] | None]:
+    """The index of the repository holding ``project_root`` (the nearest ``.git`` above
+    it: a folder, or a worktree's file saying ``gitdir: PATH``) and its identity."""
+    for folder in (project_root.absolute(), *project_root.absolute().parents):
+        dot_git = folder / ".git"
+        if dot_git.is_dir():
+            index = dot_git / "index"
+        elif dot_git.is_file():
+            text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
+            index = folder / text.removeprefix("gitdir:").strip() / "index"
+        else:
+            continue
+        return str(index), _identity(index)
+    return None, None
 
 
 def run_git(root: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[bytes]:
