@@ -42,7 +42,6 @@ def serve_command(project: Path, http_port: int | None, backend: str) -> None:
         raise click.UsageError(f"--project {project}: no such directory")
     from openprose.mcp_server.transport import (
         MCP_PATH,
-        TOKEN_SETTING,
         TransportError,
         bind_loopback,
         configured_token,
@@ -50,6 +49,7 @@ def serve_command(project: Path, http_port: int | None, backend: str) -> None:
         serve_http,
         serve_stdio,
     )
+    from openprose.state.config import MCP_TOKEN_SETTING
 
     try:
         if http_port is None:
@@ -65,7 +65,7 @@ def serve_command(project: Path, http_port: int | None, backend: str) -> None:
                 token = new_token()
                 click.echo(f"prose serve: bearer token (shown once): {token}", err=True)
             else:
-                click.echo(f"prose serve: bearer token from {TOKEN_SETTING}", err=True)
+                click.echo(f"prose serve: bearer token from {MCP_TOKEN_SETTING}", err=True)
             signum = anyio.run(serve_http, mcp, sock, token)
     except TransportError as exc:
         click.echo(f"prose serve: {exc}", err=True)

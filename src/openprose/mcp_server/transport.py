@@ -37,7 +37,6 @@ from openprose.state.models import MAX_VALUE_BYTES
 if TYPE_CHECKING:  # the SDK loads only once the settings and the port are known to be good
     from mcp.server.mcpserver import MCPServer
 
-TOKEN_SETTING = MCP_TOKEN_SETTING
 LOOPBACK = "127.0.0.1"
 MCP_PATH = "/mcp"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -67,11 +66,11 @@ class TransportError(OpenProseError, RuntimeError):
 
 def configured_token(project_root: Path) -> str | None:
     """The bearer token the project's settings fix, if any."""
-    token = settings(project_root).get(TOKEN_SETTING, "").strip()
+    token = settings(project_root).get(MCP_TOKEN_SETTING, "").strip()
     if not token:
         return None
     if len(token) < 16 or any(ch.isspace() or not ch.isprintable() for ch in token):
-        raise TransportError(f"{TOKEN_SETTING} must be at least 16 printable characters "
+        raise TransportError(f"{MCP_TOKEN_SETTING} must be at least 16 printable characters "
                              "without spaces")
     return token
 
