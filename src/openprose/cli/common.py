@@ -18,6 +18,20 @@ from openprose.state import BACKENDS
 from openprose.terminal import printable
 
 WIDTH = 80
+#: What every ``prose`` command's exit status means (docs/reference/exit-codes.md is generated
+#: from this table, and a test checks that each status a command exits with is in it).
+EXIT_CODES: dict[int, str] = {
+    0: "success: the run completed, the program compiled, the check passed",
+    1: "failure: the run failed, the program has errors, a check failed, or the command "
+       "could not do what was asked (a run or example that does not exist)",
+    2: "usage: a bad option or argument, a program that does not compile before a run, a "
+       "setting or port that cannot be used",
+    3: "paused: the run reached an `input` nobody could answer; resume it with the value",
+    4: "budget: the run reached `--max-tokens` or `--max-cost` and stopped, resumable",
+    130: "interrupted: Ctrl-C or SIGTERM; the run is left resumable (`prose serve`: stopped "
+         "by Ctrl-C)",
+    143: "`prose serve` stopped by SIGTERM (128 + the signal's number)",
+}
 STATUS_STYLE = {"running": "cyan", "completed": "green", "failed": "red bold",
                 "interrupted": "yellow", "complete": "green", "executing": "cyan",
                 "cancelled": "yellow", "judged": "magenta"}

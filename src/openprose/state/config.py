@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -56,6 +57,56 @@ TRUST_SETTINGS = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", POSTGRES_
                             MAX_TURNS_SETTING, COMMAND_TIMEOUT})
 TRUST_PREFIXES = ("OPENPROSE_ALLOW_", "OPENPROSE_PRICE_")
 _GIT_TIMEOUT = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting a user can give; ``name`` ends in ``<...>`` for a family of them.
+    The settings reference (docs/reference/settings.md) is generated from :data:`SETTINGS`,
+    and a test checks that every setting name the code reads is listed here."""
+
+    name: str
+    meaning: str
+    environment_only: bool = False
+
+    @property
+    def trust(self) -> bool:
+        prefix = self.name.split("<")[0]
+        return self.name in TRUST_SETTINGS or prefix.startswith(TRUST_PREFIXES)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("ANTHROPIC_API_KEY", "the key the Anthropic provider calls the model with; never "
+            "printed, stored or put in a prompt"),
+    Setting("ANTHROPIC_BASE_URL", "another endpoint that speaks the Anthropic Messages API"),
+    Setting("OPENPROSE_MODEL_<ALIAS>", "the model id an alias of a program's `model:` means, "
+            "e.g. OPENPROSE_MODEL_SONNET=claude-sonnet-5-5"),
+    Setting("OPENPROSE_PRICE_<ALIAS>", "INPUT,OUTPUT US dollars per million tokens for that "
+            "alias or model id; runs then report their cost"),
+    Setting(POSTGRES_URL_SETTING, "the PostgreSQL server of `--state postgres`"),
+    Setting("DATABASE_URL", "read when OPENPROSE_POSTGRES_URL is unset", environment_only=True),
+    Setting("OPENPROSE_POSTGRES_SCHEMA", "the schema holding the runs (default openprose)"),
+    Setting(MCP_TOKEN_SETTING, "the bearer token `prose serve --http` requires (16 or more "
+            "printable characters); unset, each start makes one and prints it once"),
+    Setting(MAX_TOKENS_SETTING, "a run's token budget when `--max-tokens` is not given"),
+    Setting(MAX_COST_SETTING, "a run's budget in US dollars when `--max-cost` is not given"),
+    Setting(MAX_TURNS_SETTING, "model turns a session may take before it fails (default 60)"),
+    Setting(COMMAND_TIMEOUT, "seconds a session's shell command may run (default 120)"),
+    Setting("OPENPROSE_ALLOW_BASH", "1: consent up front to commands where a program's "
+            "permissions say `prompt` (its `deny` stays)"),
+    Setting("OPENPROSE_ALLOW_NETWORK", "1: consent up front to network access where a "
+            "program's permissions say `prompt`"),
+    Setting("OPENPROSE_ALLOW_UNSANDBOXED_BASH", "1: run permitted commands unconfined where "
+            "no OS sandbox exists"),
+    Setting("OPENPROSE_REGISTRY", "where `handle/slug` programs are fetched from (default "
+            "https://p.prose.md)", environment_only=True),
+    Setting("OPENPROSE_GITHUB_ARCHIVE", "where `github:owner/repo` skills are downloaded "
+            "from (default https://codeload.github.com)", environment_only=True),
+    Setting("OPENPROSE_PROJECT", "the project Claude Desktop's bundle serves (set by the "
+            "bundle from its user configuration)", environment_only=True),
+    Setting("OPENPROSE_STATE", "the state backend Claude Desktop's bundle serves with",
+            environment_only=True),
+)
 _warned: set[tuple[str, tuple[str, ...]]] = set()
 #: Per project: what git answered on whether it tracks ``.prose/.env``, and the identities
 #: of the file and the git index it answered from (see :func:`_env_tracked`).
