@@ -243,21 +243,25 @@ class WorkTools:
             return self._done("bash", command, decision, started, decision.message), True
         box = self.setup.sandbox = self.setup.sandbox or sandboxes.detect()
         if not box.confined and not self.gate.policy.grants.unsandboxed:
+            why = box.reason.removeprefix("none: ") if box.reason else (
+                "no OS sandbox here; install bubblewrap, or allow unconfined commands with "
+                "--allow-unsandboxed-bash")
             refused = Decision(False, "no OS sandbox", command,
-                               f"refused: agent '{self.agent}' may not run {command!r} (no OS "
-                               "sandbox here; install bubblewrap, or allow unconfined commands "
-                               "with --allow-unsandboxed-bash or "
-                               "OPENPROSE_ALLOW_UNSANDBOXED_BASH=1)")
+                               f"refused: agent '{self.agent}' may not run {command!r} ({why}; "
+                               "the setting is OPENPROSE_ALLOW_UNSANDBOXED_BASH=1)")
             return self._done("bash", command, refused, started, refused.message), True
         network = (await self.gate.network(ask=False)).allowed and self.gate.domains() is None
         timeout = self.setup.command_timeout
         asked = args.get("timeout_ms")
         if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
             timeout = min(timeout, asked / 1000)
-        result = await sandboxes.run(
-            box, command, project=self.gate.project, write_roots=self.gate.write_roots(),
-            network=network, timeout=timeout, cap=self.setup.result_cap, env=self.setup.env,
-            read_only=self.gate.kept_read_only())
+        try:
+            result = await sandboxes.run(
+                box, command, project=self.gate.project, write_roots=self.gate.write_roots(),
+                network=network, timeout=timeout, cap=self.setup.result_cap,
+                env=self.setup.env, read_only=self.gate.kept_read_only())
+        except sandboxes.SandboxError as err:
+            return self._done("bash", command, decision, started, f"bash: {err}"), True
         failed = result.exit_code != 0
         text = result.output if not failed else \
             f"{result.output}\n[exit status {result.exit_code}]".lstrip("\n")
