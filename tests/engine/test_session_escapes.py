@@ -175,6 +175,11 @@ def test_a_link_swapped_in_between_check_and_use_is_never_followed(project, tmp_
     assert (project / ".git" / "config").read_text() == config
     assert (tmp_path / "outside.txt").read_text() == "outside secret\n"
     assert flips[0] > 0 and len(records) == 900
+    # a call that met a link is recorded as refused, saying why (prose show lists it so)
+    assert {r.rule for r in records if not r.allowed} <= {
+        "a link appeared on the path after its check", "a symlink leads outside the project",
+        ".git runs code later: writable only when a write: pattern names it",
+        "read: [**]", "write: [docs/**]"}
 
 
 # ---------------------------------------------------------------------- 4. grep as oracle

@@ -1,11 +1,11 @@
 """The work tools a session gets — read, write, edit, glob, grep, bash — under its
 permissions, each call checked first and recorded.
 
-The file tools are the reference implementations the ``anthropic`` package ships
-(``anthropic.lib.tools.agent_toolset``: confined to the project, symlink-aware, size caps),
-with ``.prose/`` read-only. ``bash`` is ours: every command is a fresh process inside the
-OS sandbox (:mod:`openprose.engine.sandbox`), because the toolset's shell is a persistent,
-unconfined one. Every call — allowed or refused — becomes one :class:`ToolRecord` for the
+The tools are defined as the ``anthropic`` package's agent toolset defines them (the model
+knows those), but run by us: the file tools by :mod:`openprose.engine.file_tools`, which
+follows no link between a path's check and its use, and ``bash`` as a fresh process inside
+the OS sandbox (:mod:`openprose.engine.sandbox`), since the toolset's shell is a
+persistent, unconfined one. Every call — allowed or refused — becomes one :class:`ToolRecord` for the
 run's journal; results are capped before they reach the model.
 """
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from openprose.engine import file_tools as files
 from openprose.engine import sandbox as sandboxes
-from openprose.engine.permissions import STATE_DIR, Consent, Decision, Gate, Grants, Policy
+from openprose.engine.permissions import Consent, Decision, Gate, Grants, Policy
 from openprose.state.config import COMMAND_TIMEOUT
 
 if TYPE_CHECKING:  # skills fetch with httpx: not loaded for the permission hook's records
@@ -102,8 +102,8 @@ class WorkTools:
         self.record = record
 
     @functools.cached_property
-    def _toolset(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The file tools by name and the shell's definition, built on first use: building
+    def _toolset(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        """The file tools' definitions by name and the shell's, built on first use: building
         them costs milliseconds (pydantic schemas per tool), and most sessions (a host's, a
         scripted one without tool calls) never use them. Its SDK module is imported here too:
         importing it takes seconds on a loaded machine, which every ``prose`` command and
@@ -113,20 +113,12 @@ class WorkTools:
             beta_agent_toolset_20260401,
         )
 
-        project = self.gate.project
-        outside = [Path(p.base) for p in (*self.gate.read_patterns, *self.gate.write_patterns)
-                   if not p.inside and Path(p.base).is_dir()]
-        outside += [folder for folder in self.gate.skills.values()
-                    if not folder.is_relative_to(project)]
-        context = AgentToolContext(workdir=str(project), allowed_roots=outside,
-                                   read_only_roots=[project / STATE_DIR],
-                                   max_file_bytes=files.MAX_FILE_BYTES, env={})
-        toolset = beta_agent_toolset_20260401(context)
-        file_tools = {tool.name: tool for tool in toolset if tool.name in FILE_TOOLS}
-        return file_tools, next(tool for tool in toolset if tool.name == "bash").to_dict()
+        context = AgentToolContext(workdir=str(self.gate.project), env={})
+        defined = {tool.name: tool.to_dict() for tool in beta_agent_toolset_20260401(context)}
+        return {name: defined[name] for name in FILE_TOOLS}, defined["bash"]
 
     @property
-    def file_tools(self) -> dict[str, Any]:
+    def file_tools(self) -> dict[str, dict[str, Any]]:
         return self._toolset[0]
 
     @property
@@ -147,7 +139,7 @@ class WorkTools:
         perms = self.gate.permissions
         names = [name for name in FILE_TOOLS
                  if name not in ("write", "edit") or perms.write]
-        defs = [self.file_tools[name].to_dict() for name in names]
+        defs = [self.file_tools[name] for name in names]
         if perms.bash != "deny" or perms.execute:
             defs.append({**self.bash_definition,
                          "description": "Run a shell command in the project directory (each "
@@ -187,7 +179,7 @@ class WorkTools:
         key = "file_path" if name in ("read", "write", "edit") else "path"
         given = args.get(key)
         subject = str(given) if given is not None else "."
-        schema = self.file_tools[name].to_dict()["input_schema"]
+        schema = self.file_tools[name]["input_schema"]
         unknown = set(args) - set(schema.get("properties", {}))
         missing = [k for k in schema.get("required", ()) if k not in args]
         if unknown or missing or (given is not None and not isinstance(given, str)):
