@@ -248,15 +248,20 @@ def test_a_command_cannot_change_files_that_run_code_later(project):
     (project / ".envrc").write_text("export A=1\n")
     (project / ".claude").mkdir()
     (project / ".claude" / "settings.json").write_text("{}\n")
+    (project / "config").mkdir()
+    (project / "config" / "mcp.json").write_text("{}\n")
+    (project / ".mcp.json").symlink_to("config/mcp.json")
     _, calls = _run(project, '    write: ["**"]\n    bash: allow\n', [
         {"bash": "echo evil >> .envrc"},
         {"bash": "echo evil > .claude/settings.json"},
         {"bash": "mv .claude c2 && mkdir .claude && echo evil > .claude/settings.json"},
+        {"bash": "echo evil > .mcp.json"},
         {"bash": "echo fine > src/ok.txt"},
     ])
     assert (project / ".envrc").read_text() == "export A=1\n"
     assert (project / ".claude" / "settings.json").read_text() == "{}\n"
-    assert [c["exit_code"] != 0 for c in calls] == [True, True, True, False]
+    assert (project / "config" / "mcp.json").read_text() == "{}\n"
+    assert [c["exit_code"] != 0 for c in calls] == [True, True, True, True, False]
 
 
 # ---------------------------------------------------------------------- also

@@ -276,14 +276,15 @@ class Gate:
     def kept_read_only(self) -> list[Path]:
         """Places a command must still not change inside its write roots: the existing
         top-level places of :data:`RUNS_CODE_LATER` no write pattern names, each whole, so
-        it is a mount point that cannot be renamed away and refilled (``.prose/`` is always
-        read-only in the sandbox)."""
+        it is a mount point that cannot be renamed away and refilled; one that is a link
+        by what it resolves to in the project (``.prose/`` is always read-only in the
+        sandbox)."""
         kept = []
         for entry in RUNS_CODE_LATER:
-            top = entry.removeprefix("**/").split("/")[0]
-            place = self.project / top
-            if os.path.lexists(place) and place not in kept and \
-                    not _names(self.write_patterns, entry, self.project):
+            place = Path(os.path.realpath(self.project / entry.removeprefix("**/")
+                                          .split("/")[0]))
+            if os.path.exists(place) and _within(place, self.project) and \
+                    place not in kept and not _names(self.write_patterns, entry, self.project):
                 kept.append(place)
         return kept
 
