@@ -92,6 +92,27 @@ def test_as_root_a_command_has_no_capability_and_cannot_undo_its_confinement(pro
     assert [c["exit_code"] != 0 for c in calls] == [False] + [True] * 7
 
 
+@as_root
+def test_where_root_cannot_be_confined_commands_are_refused_saying_why(project, tmp_path,
+                                                                        monkeypatch):
+    """A bubblewrap that leaves root its capabilities (here a stand-in that runs the
+    command as it is) must not pass for a sandbox."""
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nfor a; do shift; case "$a" in /bin/bash|true) exec "$a" "$@";;'
+                    ' esac; done\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    try:
+        assert not detect(again=True).confined
+        text, calls = _run(project, "    bash: allow\n", [{"bash": "echo ran > src/ran"}])
+    finally:
+        monkeypatch.undo()
+        detect(again=True)
+    assert not (project / "src" / "ran").exists() and not calls[0]["allowed"]
+    assert "cannot confine commands here" in text and "--allow-unsandboxed-bash" in text
+
+
 def test_doctor_says_how_commands_are_confined_as_this_user(project):
     from openprose.cli.doctor_cmd import check_sandbox
 

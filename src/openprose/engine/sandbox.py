@@ -105,8 +105,11 @@ class CommandResult:
     timed_out: bool = False
 
 
-def detect() -> Sandbox:
-    """The sandbox this machine offers (checked by running one, once per process)."""
+def detect(*, again: bool = False) -> Sandbox:
+    """The sandbox this machine offers (checked by running one, once per process unless
+    ``again``)."""
+    if again:
+        _detect.cache_clear()
     return _detect()
 
 
@@ -114,15 +117,14 @@ def detect() -> Sandbox:
 def _detect() -> Sandbox:
     bwrap = shutil.which("bwrap")
     if bwrap:
-        base = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_PROC, "--unshare-net"]
         for flags in ((*_USERNS, *_CONFINED), _CONFINED):
-            if _works([*base, *flags, "/bin/bash", "-c", _PROBE]):
+            if _confines(bwrap, flags):
                 return Sandbox("bubblewrap", bwrap, flags)
-        why = ("bubblewrap is installed but cannot drop its commands' capabilities here" if
-               os.geteuid() == 0 else "bubblewrap is installed but cannot start here")
-        return Sandbox("none", reason=f"none: {why}, so shell commands are refused; allow "
-                       "user namespaces for bubblewrap, or run unconfined commands with "
-                       "--allow-unsandboxed-bash at your own risk")
+        why = ("bubblewrap is installed but cannot confine commands here as needed (no "
+               "capability left even for root, places bound by descriptor, unix sockets "
+               "filtered; bubblewrap 0.8 or later, with user namespaces or as root)")
+        return Sandbox("none", reason=f"none: {why}, so shell commands are refused; run "
+                       "unconfined commands with --allow-unsandboxed-bash at your own risk")
     seatbelt = shutil.which("sandbox-exec")
     if sys.platform == "darwin" and seatbelt and _works(
             [seatbelt, "-p", "(version 1)(allow default)", "true"]):
@@ -135,9 +137,21 @@ def _detect() -> Sandbox:
 _PROC = ("--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys")
 
 
-def _works(argv: list[str]) -> bool:
+def _confines(bwrap: str, flags: tuple[str, ...]) -> bool:
+    """Whether a command started as :func:`prepare` starts them, with ``flags``, is confined
+    (checked from inside it by :data:`_PROBE`)."""
+    prepared = prepare(Sandbox("bubblewrap", bwrap, flags), _PROBE, project=Path("/"),
+                       write_roots=[], network=False)
     try:
-        return subprocess.run(argv, capture_output=True, timeout=20).returncode == 0
+        return _works(prepared.argv, prepared.fds)
+    finally:
+        prepared.close()
+
+
+def _works(argv: list[str], fds: tuple[int, ...] = ()) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=20, pass_fds=fds
+                              ).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
