@@ -196,8 +196,10 @@ def test_a_link_swapped_in_between_check_and_use_is_never_followed(project, tmp_
     assert (project / ".git" / "config").read_text() == config
     assert (tmp_path / "outside.txt").read_text() == "outside secret\n"
     assert flips[0] > 0 and len(records) == 900
-    # a call that met a link is recorded as refused, saying why (prose show lists it so)
-    assert {r.rule for r in records if not r.allowed} <= {
+    # a call that met a link is recorded as refused, saying why (prose show lists it so);
+    # a path that changed while it was resolved is no usable path
+    assert {r.rule for r in records if not r.allowed
+            and not r.rule.startswith("not a usable path")} <= {
         "a link appeared on the path after its check", "a symlink leads outside the project",
         ".git runs code later: writable only when a write: pattern names it",
         "read: [**]", "write: [docs/**]"}
@@ -241,6 +243,27 @@ def test_a_credential_folder_that_is_a_link_is_hidden_by_what_it_resolves_to(pro
         {"bash": "cat $HOME/.ssh/id_rsa $HOME/dotfiles/ssh/id_rsa $HOME/.aws "
                  "$HOME/dotfiles/aws"}], setup=setup)
     assert "PRIVATE KEY" not in text and "aws_secret" not in text
+
+
+def test_the_file_tools_refuse_credential_places_unless_a_pattern_names_them(project):
+    """Working in the home itself (``prose run`` in ``~``), ``read: ["**"]`` reached
+    ``~/.ssh`` and the folder a credential link leads to."""
+    (project / "dotfiles" / "aws").mkdir(parents=True)
+    (project / "dotfiles" / "aws" / "credentials").write_text("aws_secret_access_key=K\n")
+    (project / ".aws").symlink_to("dotfiles/aws")
+    (project / ".ssh").mkdir()
+    (project / ".ssh" / "id_rsa").write_text("PRIVATE KEY\n")
+    setup = WorkSetup(Policy(project, home=project))
+    text, calls = _run(project, '    read: ["**"]\n', [
+        {"read": ".ssh/id_rsa"}, {"read": "dotfiles/aws/credentials"},
+        {"grep": {"pattern": "KEY|secret", "path": "."}}], setup=setup)
+    assert "PRIVATE KEY" not in text and "aws_secret" not in text
+    assert [c["allowed"] for c in calls] == [False, False, True]
+    assert calls[0]["rule"].endswith(".ssh holds credentials: only a pattern naming it "
+                                     "reaches it")
+    named, calls = _run(project, '    read: [".ssh/**"]\n', [{"read": ".ssh/id_rsa"}],
+                        setup=setup)
+    assert "PRIVATE KEY" in named and calls[0]["allowed"]
 
 
 # ---------------------------------------------------------------------- 6. code run later

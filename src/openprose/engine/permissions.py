@@ -56,6 +56,16 @@ RUNS_CODE_LATER = (
     ".claude/commands", ".mcp.json", ".vscode/tasks.json", ".vscode/launch.json",
     ".vscode/settings.json", ".vscode/mcp.json", ".cursor/mcp.json", ".idea", ".devcontainer",
     ".github/workflows", ".github/actions", ".gitlab-ci.yml", ".circleci")
+#: Places in the user's home that hold credentials, hidden from sessions by what they
+#: resolve to: commands see an empty folder or file there, and the file tools refuse them
+#: unless a pattern names the place (``read: ["~/.claude/**"]``). The rest of the home stays
+#: readable to commands, so toolchains installed there (pyenv, ~/.local) still work.
+SECRET_PLACES = (".ssh", ".aws", ".gnupg", ".config", ".docker", ".kube", ".azure",
+                 ".netrc", ".git-credentials", ".npmrc", ".pypirc", ".claude", ".codex",
+                 ".prose", ".pgpass", ".password-store", ".vault-token", ".terraform.d",
+                 ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
+                 ".m2/settings.xml", ".local/share/keyrings", ".mozilla", ".bash_history",
+                 ".zsh_history", ".python_history", ".psql_history", ".mysql_history")
 #: Characters that make a command line more than one command: an ``execute:`` pattern never
 #: vouches for such a line (it is asked for, or refused, like any other).
 _COMPOUND = re.compile(r"[;&|`$<>()\n\\]")
@@ -159,8 +169,15 @@ class Policy:
     consent: Consent | None = None
     always: set[tuple[str, str]] = field(default_factory=set)
 
+    #: The user's home, whose :data:`SECRET_PLACES` stay hidden (default: ``$HOME``).
+    home: Path | None = None
+
     def __post_init__(self) -> None:
         self.project = Path(os.path.realpath(self.project))
+
+    @functools.cached_property
+    def hidden(self) -> list[Path]:
+        return secret_places(self.project, self.home or Path(os.environ.get("HOME") or "/"))
 
     def gate(self, agent: str | None, permissions: Permissions | None,
              statement: str = "", skills: dict[str, Path] | None = None) -> Gate:
@@ -228,6 +245,11 @@ class Gate:
                     return Decision(True, f"skill '{name}'", path), real
         if in_state:
             rule = f"{STATE_DIR}/ is never {'writable' if write else 'readable'} by a session"
+            return self._refuse(rule, path, f"{verb} {path}"), None
+        hidden = next((place for place in self.policy.hidden if _within(real, place)), None)
+        if hidden is not None and not any(
+                _within(Path(os.path.realpath(p.base)), hidden) for p in patterns):
+            rule = f"{hidden} holds credentials: only a pattern naming it reaches it"
             return self._refuse(rule, path, f"{verb} {path}"), None
         place = runs_code_later(real, root) if write else None
         if place is not None and not _names(patterns, place, root):
@@ -432,6 +454,23 @@ def glob_regex(pattern: str, *, below: bool = True) -> re.Pattern[str]:
 
 def _within(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
+
+
+def secret_places(project: Path, home: Path) -> list[Path]:
+    """The :data:`SECRET_PLACES` of ``home`` that exist, by what they resolve to (a link
+    ``~/.ssh -> dotfiles/ssh`` gives ``dotfiles/ssh``), never one holding the project (which
+    must stay visible). One that cannot be checked is one the user cannot reach either."""
+    found: list[Path] = []
+    for name in SECRET_PLACES:
+        try:
+            real = Path(os.path.realpath(home / name))
+            if not real.exists() or project.is_relative_to(real) or real == Path("/"):
+                continue
+        except (OSError, ValueError):
+            continue
+        if real not in found:
+            found.append(real)
+    return found
 
 
 @functools.cache

@@ -29,21 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from openprose.engine import permissions
 from openprose.engine.permissions import STATE_DIR
 from openprose.errors import OpenProseError
 from openprose.paths import open_path
 
 DEFAULT_TIMEOUT = 120.0
 OUTPUT_CAP = 30_000
-#: Places in the user's home that hold credentials: hidden from commands (an empty folder,
-#: or an empty file, in their place). The rest of the home stays readable, so toolchains
-#: installed there (pyenv, ~/.local) still work.
-SECRET_PLACES = (".ssh", ".aws", ".gnupg", ".config", ".docker", ".kube", ".azure",
-                 ".netrc", ".git-credentials", ".npmrc", ".pypirc", ".claude", ".codex",
-                 ".prose", ".pgpass", ".password-store", ".vault-token", ".terraform.d",
-                 ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
-                 ".m2/settings.xml", ".local/share/keyrings", ".mozilla", ".bash_history",
-                 ".zsh_history", ".python_history", ".psql_history", ".mysql_history")
 #: The environment a command sees: these variables of ours, nothing else (no API keys,
 #: tokens or database URLs reach a command, its output or the model).
 PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME",
@@ -164,21 +156,8 @@ def command_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def secret_places(project: Path, env: Mapping[str, str] | None = None) -> list[Path]:
-    """The credential places of the user's home that exist, by what they resolve to (a link
-    ``~/.ssh -> dotfiles/ssh`` hides ``dotfiles/ssh``), never one holding the project (which
-    must stay visible). One that cannot be checked is one the user cannot reach either."""
-    home = Path((env or os.environ).get("HOME") or "/nonexistent")
-    found: list[Path] = []
-    for name in SECRET_PLACES:
-        try:
-            real = Path(os.path.realpath(home / name))
-            if not real.exists() or project.is_relative_to(real) or real == Path("/"):
-                continue
-        except (OSError, ValueError):
-            continue
-        if real not in found:
-            found.append(real)
-    return found
+    """The credential places hidden from a command whose environment is ``env``."""
+    return permissions.secret_places(project, Path((env or os.environ).get("HOME") or "/"))
 
 
 @dataclass(frozen=True, slots=True)
