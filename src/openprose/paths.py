@@ -14,6 +14,8 @@ and engine layers all use it.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import stat
 from collections.abc import Sequence
@@ -140,3 +142,110 @@ def read_file(path: Path, what: str, max_bytes: int) -> bytes:
 
 def _size(limit: int) -> str:
     return f"{limit // (1024 * 1024)} MiB" if limit % (1024 * 1024) == 0 else f"{limit} bytes"
+
+
+# ---------------------------------------------------------------------- opened without links
+
+#: Flags of every directory opened on a walk: never through a link, never kept by a child.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class LinkMet(PathRefused):
+    """A path met a link (or something not a directory) where a checked path had none: it
+    changed since it was checked, and is not used."""
+
+
+def open_dir(path: Path, *, create: bool = False) -> int:
+    """A descriptor of the directory ``path`` (absolute, already resolved), opened one
+    component at a time from ``/`` without following a link, so what is opened is the path
+    that was checked whatever changes meanwhile. ``create``: make missing directories."""
+    fd = os.open("/", _DIR_FLAGS)
+    try:
+        for part in path.parts[1:]:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as err:
+                _link_met(err, path)
+                raise
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_path(path: Path) -> int:
+    """An ``O_PATH`` descriptor of ``path`` (a directory or a file) opened without following
+    a link anywhere on it: a place to bind into a sandbox exactly as it was checked."""
+    parent = open_dir(path.parent)
+    try:
+        fd = os.open(path.name or "/", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=parent)
+    finally:
+        os.close(parent)
+    if stat.S_ISLNK(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LinkMet(f"{path} is a link")
+    return fd
+
+
+def read_nofollow(path: Path, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path`` (absolute, resolved), opened without following
+    a link and checked on the open descriptor: at most ``max_bytes`` + 1 of them."""
+    parent = open_dir(path.parent)
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=parent)
+    except OSError as err:
+        _link_met(err, path)
+        raise
+    finally:
+        os.close(parent)
+    with open(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PathRefused(f"{path.name} is not a regular file")
+        return handle.read(max_bytes + 1)
+
+
+def write_nofollow(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (absolute, resolved) atomically: a new file beside it,
+    renamed over the name. Directories are opened and made without following links, and the
+    rename replaces whatever the name is (a link that appeared is replaced, not written
+    through; so is a second name of the file). An existing file's mode is kept."""
+    parent = open_dir(path.parent, create=True)
+    tmp = f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        try:
+            old = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
+            mode = stat.S_IMODE(old.st_mode) if stat.S_ISREG(old.st_mode) else None
+        except FileNotFoundError:
+            mode = None  # a new file: the umask applies
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o666, dir_fd=parent)
+        try:
+            with open(fd, "wb") as handle:
+                if mode is not None:
+                    os.fchmod(fd, mode)
+                handle.write(data)
+                handle.flush()
+                os.fsync(fd)
+            os.rename(tmp, path.name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=parent)
+            raise
+    finally:
+        os.close(parent)
+
+
+def _link_met(err: OSError, path: Path) -> None:
+    if err.errno in (errno.ELOOP, errno.ENOTDIR):
+        raise LinkMet(f"{path} changed since it was checked (a link or a file now "
+                      "stands on it)") from None

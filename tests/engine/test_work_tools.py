@@ -372,7 +372,7 @@ def test_more_path_attacks_are_refused(project, tmp_path):
     assert rules[0].startswith("not a usable path: path 'src/app")
     assert rules[1:] == ["a hard link may lead outside the project",
                          ".prose/ is never writable by a session",
-                         ".git/ is writable only when a write: pattern names it"]
+                         ".git runs code later: writable only when a write: pattern names it"]
     assert (tmp_path / "victim.txt").read_text() == "victim\n"
     assert not (project / ".git" / "hooks" / "pre-commit").exists()
     named = ('agent git:\n  prompt: "g"\n  permissions:\n    write: [".git/hooks/**"]\n'

@@ -205,11 +205,13 @@ def check_sandbox(root: Path) -> Check:
 
     found = detect()
     if found.confined:
-        return Check("sandbox", "ok", f"shell commands of sessions run in {found.kind}")
+        return Check("sandbox", "ok", f"shell commands of sessions run in {found.describe()}")
     if Grants.from_settings(settings(root)).unsandboxed:
         return Check("sandbox", "warn", f"no OS sandbox; {ALLOW_UNSANDBOXED} lets permitted "
                      "shell commands run unconfined",
                      "install bubblewrap (Linux: apt-get install bubblewrap)")
+    if found.reason:
+        return Check("sandbox", "warn", found.reason)
     return Check("sandbox", "warn", "no OS sandbox: sessions' shell commands are refused",
                  "install bubblewrap (Linux: apt-get install bubblewrap), or allow "
                  "unconfined commands with --allow-unsandboxed-bash")

@@ -18,6 +18,7 @@ result and the journal records it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import re
@@ -38,9 +39,33 @@ ALLOW_UNSANDBOXED = "OPENPROSE_ALLOW_UNSANDBOXED_BASH"
 STATE_DIR = ".prose"
 #: Where skills fetched from GitHub are kept, inside ``STATE_DIR``: readable as skills.
 SKILL_CACHE = "cache/skills"
-#: The project's repository: its hooks run code on the user's next commit, so it is written
-#: only where a program's write: pattern names it.
+#: The project's repository (its config and hooks run code on the user's next git command).
 GIT_DIR = ".git"
+#: Files and folders of the project that other programs run code from later, outside any
+#: sandbox and without the person asking for that code: on a git command (config, hooks,
+#: pre-commit), on entering a folder (direnv), on starting an agent or an editor (Claude
+#: Code's settings, hooks, agents and commands; MCP server lists; VS Code tasks, launch and
+#: settings; JetBrains run configurations; dev containers), on a push (CI workflows). Never
+#: writable unless a ``write:`` pattern names the place itself (``write: [".github/**"]``,
+#: not ``**``). Globs relative to the project, matched ignoring case. Files that run only
+#: when the person runs them (a Makefile, package.json scripts, tests) are the project's
+#: code like any other source and stay under ``write:``.
+RUNS_CODE_LATER = (
+    "**/.git", ".gitmodules", "**/.envrc", ".pre-commit-config.yaml", ".husky", ".lefthook.yml",
+    ".claude/settings.json", ".claude/settings.local.json", ".claude/hooks", ".claude/agents",
+    ".claude/commands", ".mcp.json", ".vscode/tasks.json", ".vscode/launch.json",
+    ".vscode/settings.json", ".vscode/mcp.json", ".cursor/mcp.json", ".idea", ".devcontainer",
+    ".github/workflows", ".github/actions", ".gitlab-ci.yml", ".circleci")
+#: Places in the user's home that hold credentials, hidden from sessions by what they
+#: resolve to: commands see an empty folder or file there, and the file tools refuse them
+#: unless a pattern names the place (``read: ["~/.claude/**"]``). The rest of the home stays
+#: readable to commands, so toolchains installed there (pyenv, ~/.local) still work.
+SECRET_PLACES = (".ssh", ".aws", ".gnupg", ".config", ".docker", ".kube", ".azure",
+                 ".netrc", ".git-credentials", ".npmrc", ".pypirc", ".claude", ".codex",
+                 ".prose", ".pgpass", ".password-store", ".vault-token", ".terraform.d",
+                 ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
+                 ".m2/settings.xml", ".local/share/keyrings", ".mozilla", ".bash_history",
+                 ".zsh_history", ".python_history", ".psql_history", ".mysql_history")
 #: Characters that make a command line more than one command: an ``execute:`` pattern never
 #: vouches for such a line (it is asked for, or refused, like any other).
 _COMPOUND = re.compile(r"[;&|`$<>()\n\\]")
@@ -144,8 +169,15 @@ class Policy:
     consent: Consent | None = None
     always: set[tuple[str, str]] = field(default_factory=set)
 
+    #: The user's home, whose :data:`SECRET_PLACES` stay hidden (default: ``$HOME``).
+    home: Path | None = None
+
     def __post_init__(self) -> None:
         self.project = Path(os.path.realpath(self.project))
+
+    @functools.cached_property
+    def hidden(self) -> list[Path]:
+        return secret_places(self.project, self.home or Path(os.environ.get("HOME") or "/"))
 
     def gate(self, agent: str | None, permissions: Permissions | None,
              statement: str = "", skills: dict[str, Path] | None = None) -> Gate:
@@ -189,6 +221,18 @@ class Gate:
             real = Path(os.path.realpath(lexical))
         except (PathRefused, ValueError, OSError) as err:
             return self._refuse(f"not a usable path: {err}", path, f"{verb} {path!r}"), None
+        return self._decide(path, lexical, real, write=write, listing=listing)
+
+    def readable(self, real: Path) -> bool:
+        """May this session read ``real`` — a path met on a walk that follows no link, so it
+        is its own real path and is judged as it stands, never resolved again."""
+        return self._decide(str(real), real, real, write=False)[0].allowed
+
+    def _decide(self, path: str, lexical: Path, real: Path, *, write: bool,
+                listing: bool = False) -> tuple[Decision, Path | None]:
+        verb = "write" if write else "read"
+        root = self.project
+        raw = path
         patterns = self.write_patterns if write else self.read_patterns
         state = root / STATE_DIR
         in_state = _within(real, state) or _within(lexical, state) or \
@@ -202,9 +246,15 @@ class Gate:
         if in_state:
             rule = f"{STATE_DIR}/ is never {'writable' if write else 'readable'} by a session"
             return self._refuse(rule, path, f"{verb} {path}"), None
-        if write and (_within(real, root / GIT_DIR) or inside_by_identity(real, root / GIT_DIR)) \
-                and not any(Path(p.base).is_relative_to(root / GIT_DIR) for p in patterns):
-            rule = f"{GIT_DIR}/ is writable only when a write: pattern names it"
+        hidden = next((place for place in self.policy.hidden if _within(real, place)), None)
+        if hidden is not None and not any(
+                _within(Path(os.path.realpath(p.base)), hidden) for p in patterns):
+            rule = f"{hidden} holds credentials: only a pattern naming it reaches it"
+            return self._refuse(rule, path, f"{verb} {path}"), None
+        place = runs_code_later(real, root) if write else None
+        if place is not None and not _names(patterns, place, root):
+            rule = (f"{place.removeprefix('**/')} runs code later: writable only when a "
+                    "write: pattern names it")
             return self._refuse(rule, path, f"{verb} {path}"), None
         if write and _linked_elsewhere(real):
             return self._refuse("a hard link may lead outside the project", path,
@@ -230,22 +280,35 @@ class Gate:
     def write_roots(self) -> list[Path]:
         """Where a shell command may write: the existing places the write globs start at
         (a directory or a file), never ``.prose/``. The OS confines at this grain, so
-        ``docs/**/*.md`` lets a command write anywhere under ``docs/``."""
+        ``docs/**/*.md`` lets a command write anywhere under ``docs/``.
+        A root inside the project whose real path leaves it (a link, made by an earlier
+        command or committed in a cloned repository) is left out: binding it would open its
+        target."""
         roots: list[Path] = []
         for pattern in self.write_patterns:
             base = Path(os.path.realpath(pattern.base))
-            if base.exists() and not _within(base, self.project / STATE_DIR):
-                roots.append(base)
+            if not base.exists() or _within(base, self.project / STATE_DIR) or \
+                    inside_by_identity(base, self.project / STATE_DIR):
+                continue
+            if pattern.inside and not _within(base, self.project):
+                continue
+            roots.append(base)
         return roots
 
     def kept_read_only(self) -> list[Path]:
-        """Places inside the write roots a command must still not change: ``.git/``
-        unless a write pattern names it (``.prose/`` is always read-only in the sandbox)."""
-        git = self.project / GIT_DIR
-        if not git.exists() or any(Path(p.base).is_relative_to(git)
-                                   for p in self.write_patterns):
-            return []
-        return [git]
+        """Places a command must still not change inside its write roots: the existing
+        top-level places of :data:`RUNS_CODE_LATER` no write pattern names, each whole, so
+        it is a mount point that cannot be renamed away and refilled; one that is a link
+        by what it resolves to in the project (``.prose/`` is always read-only in the
+        sandbox)."""
+        kept = []
+        for entry in RUNS_CODE_LATER:
+            place = Path(os.path.realpath(self.project / entry.removeprefix("**/")
+                                          .split("/")[0]))
+            if os.path.exists(place) and _within(place, self.project) and \
+                    place not in kept and not _names(self.write_patterns, entry, self.project):
+                kept.append(place)
+        return kept
 
     # ------------------------------------------------------------------ commands, network
 
@@ -355,12 +418,12 @@ def _absolute(pattern: str, root: Path) -> Pattern:
     return Pattern(pattern, glob_regex(full), base, _within(Path(base), root))
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
+def glob_regex(pattern: str, *, below: bool = True) -> re.Pattern[str]:
     """A glob as a regex over ``/``-separated paths: ``*`` and ``?`` stay within one
     component, ``**`` crosses them; a match also covers everything under the matched path
-    (``src`` grants ``src/app.py``)."""
+    (``src`` grants ``src/app.py``) unless ``below`` is false (a search's pattern)."""
     out, i = [], 0
-    if pattern.endswith("/**"):  # a directory and everything in it
+    if below and pattern.endswith("/**"):  # a directory and everything in it
         return re.compile(re.escape(pattern[:-3]) + r"(?:/.*)?\Z", re.DOTALL) \
             if not any(c in pattern[:-3] for c in "*?[") else \
             re.compile(glob_regex(pattern[:-3]).pattern, re.DOTALL)
@@ -386,11 +449,60 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
         else:
             out.append(re.escape(pattern[i]))
             i += 1
-    return re.compile("".join(out) + r"(?:/.*)?\Z", re.DOTALL)
+    return re.compile("".join(out) + (r"(?:/.*)?\Z" if below else r"\Z"), re.DOTALL)
 
 
 def _within(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
+
+
+def secret_places(project: Path, home: Path) -> list[Path]:
+    """The :data:`SECRET_PLACES` of ``home`` that exist, by what they resolve to (a link
+    ``~/.ssh -> dotfiles/ssh`` gives ``dotfiles/ssh``), never one holding the project (which
+    must stay visible). One that cannot be checked is one the user cannot reach either."""
+    found: list[Path] = []
+    for name in SECRET_PLACES:
+        try:
+            real = Path(os.path.realpath(home / name))
+            if not real.exists() or project.is_relative_to(real) or real == Path("/"):
+                continue
+        except (OSError, ValueError):
+            continue
+        if real not in found:
+            found.append(real)
+    return found
+
+
+@functools.cache
+def _code_regexes() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    return tuple((entry, glob_regex(entry.lower())) for entry in RUNS_CODE_LATER)
+
+
+def runs_code_later(path: Path, project: Path) -> str | None:
+    """The entry of :data:`RUNS_CODE_LATER` that ``path`` (absolute, resolved) is or lies
+    in, or ``None``; the project's ``.git`` is recognised by identity too (a second name of
+    it, a file system that ignores case)."""
+    if inside_by_identity(path, project / GIT_DIR):
+        return "**/.git"
+    if not _within(path, project):
+        return None
+    relative = path.relative_to(project).as_posix().lower()
+    return next((entry for entry, regex in _code_regexes() if regex.match(relative)), None)
+
+
+def _names(patterns: list[Pattern], entry: str, project: Path) -> bool:
+    """Whether a write pattern names the place ``entry`` itself: its literal part reaches
+    into it (``.github/**`` names ``.github/workflows``; ``**`` names nothing)."""
+    top = project / entry.removeprefix("**/")
+    for pattern in patterns:
+        base = Path(pattern.base)
+        if base != project and _within(base, project) and \
+                (_within(base, top) or _within(top, base)):
+            return True
+        if entry.startswith("**/") and base != project and _within(base, project) and \
+                top.name.lower() in (part.lower() for part in base.relative_to(project).parts):
+            return True
+    return False
 
 
 def _linked_elsewhere(path: Path) -> bool:

@@ -1,27 +1,27 @@
 """The work tools a session gets — read, write, edit, glob, grep, bash — under its
 permissions, each call checked first and recorded.
 
-The file tools are the reference implementations the ``anthropic`` package ships
-(``anthropic.lib.tools.agent_toolset``: confined to the project, symlink-aware, size caps),
-with ``.prose/`` read-only. ``bash`` is ours: every command is a fresh process inside the
-OS sandbox (:mod:`openprose.engine.sandbox`), because the toolset's shell is a persistent,
-unconfined one. Every call — allowed or refused — becomes one :class:`ToolRecord` for the
+The tools are defined as the ``anthropic`` package's agent toolset defines them (the model
+knows those), but run by us: the file tools by :mod:`openprose.engine.file_tools`, which
+follows no link between a path's check and its use, and ``bash`` as a fresh process inside
+the OS sandbox (:mod:`openprose.engine.sandbox`), since the toolset's shell is a
+persistent, unconfined one. Every call — allowed or refused — becomes one :class:`ToolRecord` for the
 run's journal; results are capped before they reach the model.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openprose.engine import file_tools as files
 from openprose.engine import sandbox as sandboxes
-from openprose.engine.permissions import STATE_DIR, Consent, Decision, Gate, Grants, Policy
+from openprose.engine.permissions import Consent, Decision, Gate, Grants, Policy
 from openprose.state.config import COMMAND_TIMEOUT
 
 if TYPE_CHECKING:  # skills fetch with httpx: not loaded for the permission hook's records
@@ -31,9 +31,7 @@ FILE_TOOLS = ("read", "write", "edit", "glob", "grep")
 TOOLS = (*FILE_TOOLS, "bash")
 #: Characters of one tool result the model gets at most.
 RESULT_CAP = 30_000
-MAX_FILE_BYTES = 256 * 1024
 _BASH_KEYS = {"command", "timeout_ms", "restart"}
-_GREP_LINE = re.compile(r":(\d+):")
 #: Anthropic's server tools for the web, offered when the session may use the network.
 WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 8}
 WEB_FETCH = {"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 8}
@@ -104,8 +102,8 @@ class WorkTools:
         self.record = record
 
     @functools.cached_property
-    def _toolset(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The file tools by name and the shell's definition, built on first use: building
+    def _toolset(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        """The file tools' definitions by name and the shell's, built on first use: building
         them costs milliseconds (pydantic schemas per tool), and most sessions (a host's, a
         scripted one without tool calls) never use them. Its SDK module is imported here too:
         importing it takes seconds on a loaded machine, which every ``prose`` command and
@@ -115,20 +113,12 @@ class WorkTools:
             beta_agent_toolset_20260401,
         )
 
-        project = self.gate.project
-        outside = [Path(p.base) for p in (*self.gate.read_patterns, *self.gate.write_patterns)
-                   if not p.inside and Path(p.base).is_dir()]
-        outside += [folder for folder in self.gate.skills.values()
-                    if not folder.is_relative_to(project)]
-        context = AgentToolContext(workdir=str(project), allowed_roots=outside,
-                                   read_only_roots=[project / STATE_DIR],
-                                   max_file_bytes=MAX_FILE_BYTES, env={})
-        toolset = beta_agent_toolset_20260401(context)
-        file_tools = {tool.name: tool for tool in toolset if tool.name in FILE_TOOLS}
-        return file_tools, next(tool for tool in toolset if tool.name == "bash").to_dict()
+        context = AgentToolContext(workdir=str(self.gate.project), env={})
+        defined = {tool.name: tool.to_dict() for tool in beta_agent_toolset_20260401(context)}
+        return {name: defined[name] for name in FILE_TOOLS}, defined["bash"]
 
     @property
-    def file_tools(self) -> dict[str, Any]:
+    def file_tools(self) -> dict[str, dict[str, Any]]:
         return self._toolset[0]
 
     @property
@@ -149,7 +139,7 @@ class WorkTools:
         perms = self.gate.permissions
         names = [name for name in FILE_TOOLS
                  if name not in ("write", "edit") or perms.write]
-        defs = [self.file_tools[name].to_dict() for name in names]
+        defs = [self.file_tools[name] for name in names]
         if perms.bash != "deny" or perms.execute:
             defs.append({**self.bash_definition,
                          "description": "Run a shell command in the project directory (each "
@@ -189,39 +179,43 @@ class WorkTools:
         key = "file_path" if name in ("read", "write", "edit") else "path"
         given = args.get(key)
         subject = str(given) if given is not None else "."
-        if given is not None and not isinstance(given, str):
+        schema = self.file_tools[name]["input_schema"]
+        unknown = set(args) - set(schema.get("properties", {}))
+        missing = [k for k in schema.get("required", ()) if k not in args]
+        if unknown or missing or (given is not None and not isinstance(given, str)):
+            what = (f"unknown argument(s) {sorted(unknown)}" if unknown else
+                    f"missing argument(s) {missing}" if missing else f"{key} must be a string")
             decision = Decision(False, "bad arguments", subject)
-            return self._done(name, subject, decision, started, f"{name}: {key} must be a "
-                              "string"), True
+            return self._done(name, subject, decision, started, f"{name}: {what}"), True
         decision, resolved = self.gate.path(subject, write=write,
                                             listing=name in ("glob", "grep"))
         if not decision.allowed or resolved is None:
             return self._done(name, subject, decision, started, decision.message), True
-        call_args = dict(args)
-        if given is not None:
-            call_args[key] = str(resolved)
         try:
-            result = await self.file_tools[name].call(call_args)
-            text, failed = _text(result), False
-        except Exception as err:  # the tool's own refusal or error goes back to the model
-            text, failed = _error_text(err), True
-        if name in ("grep", "glob") and not failed:
-            text = self._readable_lines(text, name)
+            text, failed = await asyncio.to_thread(self._file_work, name, args, resolved,
+                                                   subject), False
+        except files.LinkMet:
+            decision = Decision(False, "a link appeared on the path after its check",
+                                subject)
+            text = (f"refused: agent '{self.agent}' may not {name} {subject} (it changed "
+                    "since it was checked: links are not followed)")
+            return self._done(name, subject, decision, started, text), True
+        except files.FileToolError as err:  # the tool's own failure goes back to the model
+            text, failed = str(err), True
         text = text.replace(str(self.gate.project) + "/", "")
         return self._done(name, subject, decision, started, text, 1 if failed else 0), failed
 
-    def _readable_lines(self, text: str, name: str) -> str:
-        """Drop matches in files this session may not read (a grep over the project must
-        not show what a read of the file would refuse)."""
-        kept = []
-        for line in text.splitlines():
-            if line.startswith("[output truncated") or line == "no matches":
-                kept.append(line)
-                continue
-            path = _grep_file(line) if name == "grep" else line
-            if path is not None and self.gate.path(path, write=False)[0].allowed:
-                kept.append(line)
-        return "\n".join(kept) if kept else "no matches"
+    def _file_work(self, name: str, args: dict[str, Any], real: Path, shown: str) -> str:
+        if name == "read":
+            return files.read(real, shown, args.get("view_range"))
+        if name == "write":
+            return files.write(real, shown, args.get("content"))
+        if name == "edit":
+            return files.edit(real, shown, args.get("old_string"), args.get("new_string"),
+                              args.get("replace_all"))
+        if name == "glob":
+            return files.glob(self.gate, real, args.get("pattern"))
+        return files.grep(self.gate, real, args.get("pattern"))
 
     # ------------------------------------------------------------------ bash
 
@@ -241,21 +235,25 @@ class WorkTools:
             return self._done("bash", command, decision, started, decision.message), True
         box = self.setup.sandbox = self.setup.sandbox or sandboxes.detect()
         if not box.confined and not self.gate.policy.grants.unsandboxed:
+            why = box.reason.removeprefix("none: ") if box.reason else (
+                "no OS sandbox here; install bubblewrap, or allow unconfined commands with "
+                "--allow-unsandboxed-bash")
             refused = Decision(False, "no OS sandbox", command,
-                               f"refused: agent '{self.agent}' may not run {command!r} (no OS "
-                               "sandbox here; install bubblewrap, or allow unconfined commands "
-                               "with --allow-unsandboxed-bash or "
-                               "OPENPROSE_ALLOW_UNSANDBOXED_BASH=1)")
+                               f"refused: agent '{self.agent}' may not run {command!r} ({why}; "
+                               "the setting is OPENPROSE_ALLOW_UNSANDBOXED_BASH=1)")
             return self._done("bash", command, refused, started, refused.message), True
         network = (await self.gate.network(ask=False)).allowed and self.gate.domains() is None
         timeout = self.setup.command_timeout
         asked = args.get("timeout_ms")
         if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
             timeout = min(timeout, asked / 1000)
-        result = await sandboxes.run(
-            box, command, project=self.gate.project, write_roots=self.gate.write_roots(),
-            network=network, timeout=timeout, cap=self.setup.result_cap, env=self.setup.env,
-            read_only=self.gate.kept_read_only())
+        try:
+            result = await sandboxes.run(
+                box, command, project=self.gate.project, write_roots=self.gate.write_roots(),
+                network=network, timeout=timeout, cap=self.setup.result_cap,
+                env=self.setup.env, read_only=self.gate.kept_read_only())
+        except sandboxes.SandboxError as err:
+            return self._done("bash", command, decision, started, f"bash: {err}"), True
         failed = result.exit_code != 0
         text = result.output if not failed else \
             f"{result.output}\n[exit status {result.exit_code}]".lstrip("\n")
@@ -273,16 +271,6 @@ class WorkTools:
         return text
 
 
-def _grep_file(line: str) -> str | None:
-    """The file a ``path:line:text`` match is in: the first ``:N:`` whose prefix is a file
-    (a file name may itself hold ``:N:``); ``None`` when none is, and the line is dropped."""
-    for found in _GREP_LINE.finditer(line):
-        prefix = line[:found.start()]
-        if os.path.isfile(prefix):
-            return prefix
-    return None
-
-
 def cap(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, saying how much was left out."""
     if len(text) <= limit:
@@ -290,17 +278,3 @@ def cap(text: str, limit: int) -> str:
     return text[:limit] + f"\n[... {len(text) - limit} more characters not shown]"
 
 
-def _text(result: Any) -> str:
-    if isinstance(result, str):
-        return result
-    if isinstance(result, list):  # content blocks (an image or PDF read)
-        return "\n".join(block.get("text", f"[{block.get('type')} block]")
-                         for block in result if isinstance(block, dict))
-    return str(result)
-
-
-def _error_text(err: Exception) -> str:
-    content = getattr(err, "content", None)
-    if isinstance(content, str):
-        return content
-    return str(err) or type(err).__name__
