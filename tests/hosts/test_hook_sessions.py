@@ -37,7 +37,7 @@ parallel:
 UNKNOWN = "ses_" + "A" * 32
 
 
-class Host:
+class Sessions:
     """A project with a run of PROGRAM whose two sessions are spawned (``notes``: may read
     and write docs/ only; ``other``: the defaults), and the subagents Claude Code ran."""
 
@@ -75,8 +75,8 @@ class Host:
                     for r in store.open_run(self.run_id).tool_calls()]
 
 
-def scenario(tmp_path: Path, body: Callable[[Host], Awaitable[None]]) -> None:
-    """Run ``body`` with a :class:`Host` whose server stays connected throughout."""
+def scenario(tmp_path: Path, body: Callable[[Sessions], Awaitable[None]]) -> None:
+    """Run ``body`` with a :class:`Sessions` whose server stays connected throughout."""
     project = tmp_path / "project"
     (project / "docs" / "sub").mkdir(parents=True)
     (project / "src").mkdir()
@@ -87,7 +87,7 @@ def scenario(tmp_path: Path, body: Callable[[Host], Awaitable[None]]) -> None:
         async with Client(create_server(project, watch=False), mode="legacy") as client:
             started = (await client.call_tool("start_run", {"program": PROGRAM})
                        ).structured_content
-            host = Host(tmp_path, client, started)
+            host = Sessions(tmp_path, client, started)
             for binding, statement in host.statements.items():
                 spawned = await client.call_tool("spawn_session", {
                     "vm_token": host.vm_token, "statement": statement})
@@ -102,7 +102,7 @@ def test_a_search_is_refused_unless_its_agent_may_read_all_it_reaches(tmp_path):
     may not read (the project, for an agent with read: docs/**), or .prose/ (the project,
     for any agent), is refused; a search inside what it may read goes to the host."""
 
-    async def body(host: Host) -> None:
+    async def body(host: Sessions) -> None:
         notes = host.subagent("n1", f"OpenProse session, token: {host.tokens['notes']}")
         other = host.subagent("o1", f"OpenProse session, token: {host.tokens['other']}")
         for args in ({"pattern": "hunter2", "path": ".", "output_mode": "content"},
@@ -126,7 +126,7 @@ def test_a_session_that_has_ended_gets_nothing_more(tmp_path):
     """Once a session wrote its binding (or was reported failed), its subagent's calls are
     refused whatever they are: the permissions it had are gone with it."""
 
-    async def body(host: Host) -> None:
+    async def body(host: Sessions) -> None:
         notes = host.subagent("n1", f"token: {host.tokens['notes']}")
         other = host.subagent("o1", f"token: {host.tokens['other']}")
         write_docs = {"file_path": str(host.project / "docs" / "a.md"), "content": "x"}
@@ -154,7 +154,7 @@ def test_the_project_is_found_from_a_folder_inside_it(tmp_path):
     """Claude Code may run in a subfolder of the project: the session is still found, and a
     relative path is resolved where the host resolves it (the event's folder)."""
 
-    async def body(host: Host) -> None:
+    async def body(host: Sessions) -> None:
         notes = host.subagent("n1", f"token: {host.tokens['notes']}")
         inside = host.project / "docs" / "sub"
         assert await host.verdict(notes, "Write", {"file_path": str(
@@ -173,7 +173,7 @@ def test_every_token_in_the_first_message_must_be_live(tmp_path):
     before the real token too; two sessions' tokens are one too many. A string only shaped
     a little like a token is not one."""
 
-    async def body(host: Host) -> None:
+    async def body(host: Sessions) -> None:
         notes, other = host.tokens["notes"], host.tokens["other"]
         docs = {"file_path": str(host.project / "docs" / "a.md"), "content": "x"}
         src = {"file_path": str(host.project / "src" / "x.py"), "content": "x"}
@@ -198,7 +198,7 @@ def test_a_sessions_subagent_may_call_only_what_the_hook_can_check(tmp_path):
     more); any tool the hook cannot check — another server's, a nested subagent, a command
     outside the host's sandbox — is refused."""
 
-    async def body(host: Host) -> None:
+    async def body(host: Sessions) -> None:
         notes = host.subagent("n1", f"token: {host.tokens['notes']}")
         other = host.subagent("o1", f"token: {host.tokens['other']}")
         token = host.tokens["notes"]
@@ -236,7 +236,7 @@ def test_who_claims_to_be_a_session_is_one(tmp_path):
     be read inside an OpenProse project, is refused (it may be a session nothing can
     check); other subagents without a token, and the main agent, are the host's."""
 
-    async def body(host: Host) -> None:
+    async def body(host: Sessions) -> None:
         plain = host.subagent("p1", "Summarize the docs, please.")
         write = {"file_path": str(host.project / "src" / "x.py"), "content": "x"}
         assert await host.verdict(plain, "Write", write) == "deny"
@@ -256,7 +256,7 @@ def test_who_claims_to_be_a_session_is_one(tmp_path):
 def test_prose_hook_finds_the_session_as_claude_code_runs_it(tmp_path):
     """The same decision through `prose hook pre-tool-use`, the event on stdin."""
 
-    async def body(host: Host) -> None:
+    async def body(host: Sessions) -> None:
         notes = host.subagent("n1", f"token: {host.tokens['notes']}")
         event = {"session_id": "s1", "agent_id": notes, "agent_type": SESSION_AGENT,
                  "transcript_path": str(host.main), "cwd": str(host.project / "docs"),

@@ -79,7 +79,7 @@ _UNFILTERED = ("Claude Code's search results cannot be filtered, so a session se
 
 
 @dataclass(frozen=True)
-class Call:
+class HostCall:
     """One tool call of a live session's subagent."""
 
     tool: str
@@ -95,7 +95,7 @@ class Call:
 
 
 #: Decides one kind of call: (decision, verdict "deny"/"ask", or ``None``: the host decides).
-Check = Callable[[Gate, Call], tuple[Decision, str | None]]
+Check = Callable[[Gate, HostCall], tuple[Decision, str | None]]
 
 
 def local_backends(project: Path) -> Sequence[str]:
@@ -133,7 +133,7 @@ def decide(payload: dict[str, Any],
         work = grant.get("work") or {}
         gate = Policy(project).gate(work.get("agent"), from_grant(work))
         args = payload.get("tool_input")
-        call = Call(str(payload.get("tool_name") or ""), args if isinstance(args, dict) else {},
+        call = HostCall(str(payload.get("tool_name") or ""), args if isinstance(args, dict) else {},
                     cwd, tokens[0])
         decision, verdict = check(gate, call)
         if call.tool not in INERT_TOOLS:
@@ -149,7 +149,7 @@ def decide(payload: dict[str, Any],
     return answer(verdict, decision.message or f"{decision.rule}: the host asks")
 
 
-def check(gate: Gate, call: Call) -> tuple[Decision, str | None]:
+def check(gate: Gate, call: HostCall) -> tuple[Decision, str | None]:
     """A live session's call, decided by what it reaches."""
     ours = OUR_TOOL.fullmatch(call.tool)
     if ours is not None:
@@ -254,13 +254,13 @@ def _grant(projects: list[Path], token: str, backends: Callable[[Path], Sequence
 # ---------------------------------------------------------------------- each kind of call
 
 
-def _file(gate: Gate, call: Call) -> tuple[Decision, str | None]:
+def _file(gate: Gate, call: HostCall) -> tuple[Decision, str | None]:
     key, write = PATH_TOOLS[call.tool]
     decision, _ = gate.path(call.place(call.args.get(key)), write=write)
     return decision, None if decision.allowed else "deny"
 
 
-def _search(gate: Gate, call: Call) -> tuple[Decision, str | None]:
+def _search(gate: Gate, call: HostCall) -> tuple[Decision, str | None]:
     """A search reaches everything under its root, and Claude Code shows every match: the
     root (its ``path``, or the folder the host runs in) and where its glob starts must each
     be a place the agent may read all of, holding no ``.prose/``."""
@@ -304,7 +304,7 @@ def _whole(gate: Gate, place: str, subject: str) -> Decision:
     return Decision(False, decision.rule, subject, f"{decision.message}{shown}; {_UNFILTERED}")
 
 
-def _bash(gate: Gate, call: Call) -> tuple[Decision, str | None]:
+def _bash(gate: Gate, call: HostCall) -> tuple[Decision, str | None]:
     command = str(call.args.get("command") or "")
     if call.args.get("dangerouslyDisableSandbox"):
         rule = "a session's command stays in the host's sandbox"
@@ -316,7 +316,7 @@ def _bash(gate: Gate, call: Call) -> tuple[Decision, str | None]:
     return decision, None if decision.allowed else "deny"
 
 
-def _web(gate: Gate, call: Call) -> tuple[Decision, str | None]:
+def _web(gate: Gate, call: HostCall) -> tuple[Decision, str | None]:
     subject = str(call.args.get("url") or call.args.get("query") or "")
     mode = gate.permissions.network
     if mode == "prompt":
@@ -331,11 +331,11 @@ def _web(gate: Gate, call: Call) -> tuple[Decision, str | None]:
     return decision, None if decision.allowed else "deny"
 
 
-def _inert(gate: Gate, call: Call) -> tuple[Decision, str | None]:
+def _inert(gate: Gate, call: HostCall) -> tuple[Decision, str | None]:
     return Decision(True, "reaches nothing outside the conversation", call.tool), None
 
 
-def _server(gate: Gate, call: Call, name: str) -> tuple[Decision, str | None]:
+def _server(gate: Gate, call: HostCall, name: str) -> tuple[Decision, str | None]:
     """Our own server's tools: a session's own, with its own token; never the VM's (no
     starting, stepping, resuming or cancelling runs from inside one)."""
     if name not in SESSION_TOOLS:
@@ -349,7 +349,7 @@ def _server(gate: Gate, call: Call, name: str) -> tuple[Decision, str | None]:
     return Decision(True, "a session's own tool", name), None
 
 
-def _unknown(gate: Gate, call: Call) -> tuple[Decision, str | None]:
+def _unknown(gate: Gate, call: HostCall) -> tuple[Decision, str | None]:
     rule = "a tool OpenProse cannot check is refused to a session"
     return Decision(False, rule, call.tool, f"refused: agent '{gate.agent}' may not use "
                                             f"{call.tool[:100]} ({rule})"), "deny"
