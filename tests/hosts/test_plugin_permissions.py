@@ -180,7 +180,8 @@ def test_the_hooks_decisions_for_each_kind_of_call(tmp_path):
 
 def test_a_guided_sessions_item_token_leads_the_hook_to_its_permissions(tmp_path):
     """In a guided run the subagent knows its session by the run's item token (gs_…): the
-    engine notes it with the session's grant, so the hook finds the permissions too."""
+    engine notes it with the session's grant, so the hook finds the permissions too, and
+    refuses everything once the session's binding is written."""
     import asyncio
     import json
 
@@ -212,11 +213,15 @@ def test_a_guided_sessions_item_token_leads_the_hook_to_its_permissions(tmp_path
                 "tool_name": tool, "tool_input": args})
             answers.append(answer and answer["hookSpecificOutput"]["permissionDecision"])
         await provider.complete_session(item.token, "reviewed")
+        ended = await asyncio.to_thread(decide, {  # its binding is written: nothing more
+            "agent_id": "g1", "transcript_path": str(main), "cwd": str(project),
+            "tool_name": "Write", "tool_input": {"file_path": str(project / "docs" / "b.md")}})
+        answers.append(ended and ended["hookSpecificOutput"]["permissionDecision"])
         return await task
 
     outcome = asyncio.run(drive())
     assert outcome.status == "completed"
-    assert answers == ["deny", "deny", None]
+    assert answers == ["deny", "deny", None, "deny"]
     with open_store(project, "filesystem") as store:
         records = store.open_run(outcome.run_id).tool_calls()
     assert [(r.meta["tool"], r.meta["agent"], r.status) for r in records] == [

@@ -41,7 +41,6 @@ from openprose.engine.permissions import (
     from_grant,
     host_of,
 )
-from openprose.engine.work_tools import ToolRecord
 
 #: A session token as OpenProse makes them: the state's (``ses_`` and 24 random bytes,
 #: embodied runs) or a guided run's item token (``gs_`` and 12), URL-safe base64.
@@ -133,8 +132,8 @@ def decide(payload: dict[str, Any],
         work = grant.get("work") or {}
         gate = Policy(project).gate(work.get("agent"), from_grant(work))
         args = payload.get("tool_input")
-        call = HostCall(str(payload.get("tool_name") or ""), args if isinstance(args, dict) else {},
-                    cwd, tokens[0])
+        call = HostCall(str(payload.get("tool_name") or ""),
+                        args if isinstance(args, dict) else {}, cwd, tokens[0])
         decision, verdict = check(gate, call)
         if call.tool not in INERT_TOOLS:
             entry = _entry(str(work.get("key") or grant.get("name")), call.tool, decision,
@@ -368,6 +367,7 @@ def _sync(awaitable: Any) -> Decision:
 
 
 def _entry(key: str, tool: str, decision: Decision, gate: Gate, started: float) -> Any:
+    from openprose.engine.work_tools import ToolRecord  # heavy: only for a session's call
     from openprose.state.models import JournalEntry
 
     record = ToolRecord(tool, decision.subject, decision.allowed, decision.rule, gate.agent,
