@@ -1,11 +1,14 @@
 """The plugin's PreToolUse hook: hand the event to ``prose hook pre-tool-use``, which applies
 the OpenProse session's permissions to a call its subagent makes (and records it).
 
+Claude Code runs it before every tool call (the matcher is ``*``: a session may be offered
+any tool, and one we cannot check must be refused, not skipped). The main agent's calls are
+never ours to decide, so they return at once without starting ``prose``.
+
 Standard library only, like bin/prose_mcp.py, whose search for the installed ``prose`` it
 uses. Without a ``prose`` no OpenProse run can be under way here, so nothing is decided.
 It fails closed: when ``prose hook`` crashes, hangs or answers garbage, a subagent's call
-(possibly an OpenProse session's, which nothing then checked) is refused with the reason;
-the main agent's calls are never ours to decide.
+(possibly an OpenProse session's, which nothing then checked) is refused with the reason.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ TIMEOUT = 45
 
 
 def main() -> int:
+    event = sys.stdin.buffer.read()
+    if not _subagent(event):
+        return 0
     prose = find_prose()
     if prose is None:
         return 0
-    event = sys.stdin.buffer.read()
     try:
         done = subprocess.run([str(prose), "hook", "pre-tool-use"], input=event,
                               capture_output=True, check=False, timeout=TIMEOUT)
@@ -51,12 +56,17 @@ def _is_answer(out: bytes) -> bool:
         return False
 
 
-def _refuse(event: bytes, why: str) -> int:
+def _subagent(event: bytes) -> bool:
+    """Whether the call is a subagent's; an event we cannot read is treated as one, so it
+    is not let through unchecked."""
     try:
-        subagent = bool(json.loads(event).get("agent_id"))
+        return bool(json.loads(event).get("agent_id"))
     except (ValueError, AttributeError):
-        subagent = True  # an event we cannot read is not let through unchecked
-    if subagent:
+        return True
+
+
+def _refuse(event: bytes, why: str) -> int:
+    if _subagent(event):
         reason = (f"refused: OpenProse could not check this call against the session's "
                   f"permissions ({why}); run `prose doctor` in the project")
         json.dump({"hookSpecificOutput": {"hookEventName": "PreToolUse",

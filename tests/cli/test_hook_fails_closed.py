@@ -61,6 +61,17 @@ def test_the_main_agents_call_is_left_to_the_host_when_prose_hook_fails(tmp_path
     assert done.returncode == 0 and _verdict(done.stdout) is None
 
 
+def test_the_main_agents_calls_do_not_start_prose(tmp_path):
+    """The hook sees every tool call; the main agent's are never ours, so `prose` (seconds
+    to start on a busy machine) is not run for them."""
+    started = tmp_path / "started"
+    done = _hook(tmp_path, f"touch {started}", MAIN)
+    assert done.returncode == 0 and _verdict(done.stdout) is None
+    assert not started.exists()
+    _hook(tmp_path, f"touch {started}", SUBAGENT)
+    assert started.exists()
+
+
 def test_a_working_prose_hooks_answer_passes_through(tmp_path):
     answer = {"hookSpecificOutput": {"hookEventName": "PreToolUse",
                                      "permissionDecision": "ask",
@@ -72,7 +83,7 @@ def test_a_working_prose_hooks_answer_passes_through(tmp_path):
 
 
 def test_prose_hook_refuses_a_subagents_call_when_its_check_raises(monkeypatch):
-    def broken(payload):
+    def broken(payload, backends):
         raise OSError("disk gone")
 
     monkeypatch.setattr(host_hook, "decide", broken)

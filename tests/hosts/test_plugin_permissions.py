@@ -9,11 +9,10 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.hosts.claude_code import PLUGIN_DIR, PROSE, run_claude
+from tests.hosts.claude_code import PLUGIN_DIR, PROSE, TOOL_PREFIX, run_claude
 from tests.hosts.fake_messages import FakeMessagesAPI, Reply, text, tool_use
-from tests.hosts.host_model import calls, first_user_text
+from tests.hosts.host_model import SESSION_MARK, calls, first_user_text, ours, subagent
 
-from openprose.engine.host_hook import PATH_TOOLS, WEB_TOOLS
 from openprose.engine.permissions import Permissions, grant_fields
 from openprose.state import BindingRef, SessionStart, open_store
 
@@ -21,103 +20,117 @@ PROGRAM = '''\
 agent reviewer:
   prompt: "You review code."
   permissions:
+    read: ["src/**", "docs/**"]
     write: ["docs/**"]
     bash: deny
 
 let review = session: reviewer
   prompt: "Review src/app.py"
 '''
-
-
-def _session(project: Path) -> tuple[str, str]:
-    """A run of PROGRAM with its session started as spawn_session starts it: (run, token)."""
-    permissions = Permissions(write=("docs/**",), bash="deny")
-    with open_store(project, "filesystem") as store:
-        run = store.create_run(PROGRAM, "review.prose")
-        [grant] = run.start_sessions([SessionStart(
-            "1", "h", BindingRef("review"), "let", "let review = session: reviewer",
-            work=grant_fields("reviewer", permissions, "mcp:1@0#1", 7))])
-        return run.id, grant.token
+SECRET = "hunter2-not-for-sessions"
 
 
 class Host:
-    """The main agent hands the brief to a subagent; the subagent tries its calls."""
+    """The main agent starts the run and spawns its session through the plugin's server,
+    then hands the token to a session subagent, which tries its calls: some its agent may
+    make, some it may not, and some after it has written its binding."""
 
-    def __init__(self, project: Path, brief: str) -> None:
-        self.brief = brief
+    def __init__(self, project: Path) -> None:
         src, docs = project / "src", project / "docs"
         self.steps = [
-            tool_use("Read", {"file_path": str(src / "app.py")}),
-            tool_use("Write", {"file_path": str(src / "evil.py"), "content": "pwned\n"}),
-            tool_use("Edit", {"file_path": str(src / "app.py"), "old_string": "a - b",
-                              "new_string": "0"}),
-            tool_use("Bash", {"command": f"echo pwned > {src / 'y.py'}",
-                              "description": "write into src"}),
-            tool_use("Write", {"file_path": str(docs / "review.md"), "content": "# Review\n"}),
+            lambda t: tool_use("Read", {"file_path": str(src / "app.py")}),
+            lambda t: tool_use("Write", {"file_path": str(src / "evil.py"),
+                                         "content": "pwned\n"}),
+            lambda t: tool_use("Edit", {"file_path": str(src / "app.py"),
+                                        "old_string": "a - b", "new_string": "0"}),
+            lambda t: tool_use("Bash", {"command": f"echo pwned > {src / 'y.py'}",
+                                        "description": "write into src"}),
+            # a search above the read globs: Claude Code would show every file's lines
+            lambda t: tool_use("Grep", {"pattern": "hunter2", "path": ".",
+                                        "output_mode": "content"}),
+            lambda t: tool_use("Write", {"file_path": str(docs / "review.md"),
+                                         "content": "# Review\n"}),
+            lambda t: ours("write_binding", token=t, value="reviewed", summary="done"),
+            # the session has ended: nothing more for its subagent
+            lambda t: tool_use("Read", {"file_path": str(project / "secret.txt")}),
+            lambda t: tool_use("Write", {"file_path": str(src / "after.py"), "content": "x\n"}),
         ]
         self.bodies: list[dict] = []
 
     def __call__(self, body: dict) -> Reply:
         self.bodies.append(body)
-        done = sum(1 for m in body["messages"] if m["role"] == "user"
-                   and isinstance(m["content"], list)
-                   and any(b.get("type") == "tool_result" for b in m["content"]))
-        if "token: ses_" in first_user_text(body):  # the session's subagent
-            if done < len(self.steps):
-                return Reply([self.steps[done]])
+        history = calls(body)
+        if SESSION_MARK in first_user_text(body):  # the session's subagent
+            token = first_user_text(body).split('"')[1]
+            if len(history) < len(self.steps):
+                return Reply([self.steps[len(history)](token)])
             return Reply([text("Review written to docs/review.md.")])
         if not body.get("tools"):  # a side request (a title, a summary): plain text
             return Reply([text("ok")])
-        if done == 0:
-            return Reply([tool_use("Agent", {"description": "OpenProse session",
-                                             "prompt": self.brief,
-                                             "subagent_type": "general-purpose",
-                                             "run_in_background": False})])
+        if not history:
+            return Reply([ours("start_run", program="review.prose")])
+        last = history[-1]
+        if last.name == "start_run":
+            [session] = [s for s in last.data["outline"] if s["kind"] == "session"]
+            return Reply([ours("spawn_session", vm_token=last.data["vm_token"],
+                               statement=session["id"])])
+        if last.name == "spawn_session":
+            return Reply([subagent(last.data["session_token"], "review")])
         return Reply([text("The session finished.")])
 
 
 def test_the_hook_refuses_what_the_sessions_agent_may_not_do(tmp_path):
+    """Refused: writes outside docs/, commands, a Grep of the whole project (its agent may
+    read only src/ and docs/), and anything after the session wrote its binding."""
     project = tmp_path / "project"
     (project / "src").mkdir(parents=True)
     (project / "docs").mkdir()
     (project / "src" / "app.py").write_text("def add(a, b):\n    return a - b\n")
-    run_id, token = _session(project)
-    brief = ("OpenProse session producing 'review'. Act as the agent 'reviewer'.\nTask:\n"
-             "Review src/app.py\nPermissions: read **; write docs/**; shell deny; network "
-             f"prompt; never .prose/.\ntoken: {token}")
-    host = Host(project, brief)
+    (project / "secret.txt").write_text(f"password = {SECRET}\n")
+    (project / "review.prose").write_text(PROGRAM)
+    host = Host(project)
     with FakeMessagesAPI(host) as api:
         result = run_claude(["-p", "Review the code with a subagent", "--plugin-dir",
-                             str(PLUGIN_DIR), "--allowedTools", "Agent,Read,Write,Edit,Bash"],
+                             str(PLUGIN_DIR), "--allowedTools",
+                             f"Agent,Read,Write,Edit,Bash,Grep,{TOOL_PREFIX.rstrip('_')}"],
                             tmp_path / "home", project, api.url, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert api.errors == []
 
     assert not (project / "src" / "evil.py").exists()
     assert not (project / "src" / "y.py").exists()
+    assert not (project / "src" / "after.py").exists()
     assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
     assert (project / "docs" / "review.md").read_text() == "# Review\n"
 
-    subagent = [b for b in host.bodies if "token: ses_" in first_user_text(b)][-1]
-    results = {c.name: c.result for c in calls(subagent)}
-    for name in ("Edit", "Bash"):
-        assert "refused: agent 'reviewer' may not" in (results[name] or ""), results[name]
+    session = [b for b in host.bodies if SESSION_MARK in first_user_text(b)][-1]
+    results = [(c.name, c.result or "") for c in calls(session)]
+    assert not any(SECRET in result for _, result in results), results
+    refused = [name for name, result in results if "refused:" in result]
+    assert refused == ["Write", "Edit", "Bash", "Grep", "Read", "Write"], results
+    assert "once its session has ended" in results[-1][1]
 
+    [run_id] = [p.name for p in (project / ".prose" / "runs").iterdir()]
     with open_store(project, "filesystem") as store:
-        records = store.open_run(run_id).tool_calls()
-    got = [(r.key, r.meta["tool"], Path(r.meta["subject"]).name if r.meta["tool"] != "Bash"
-            else "bash", r.meta["allowed"], r.meta["rule"]) for r in records]
+        run = store.open_run(run_id)
+        assert run.read_binding(BindingRef("review")).value == "reviewed"
+        records = run.tool_calls()
+    got = [(r.meta["tool"].removeprefix(TOOL_PREFIX), Path(r.meta["subject"]).name
+            if r.meta["tool"] not in ("Bash", "Grep") else r.meta["tool"].lower(),
+            r.meta["allowed"], r.meta["rule"]) for r in records]
     assert got == [
-        ("mcp:1@0#1", "Read", "app.py", True, "read: [**]"),
-        ("mcp:1@0#1", "Write", "evil.py", False, "write: [docs/**]"),
-        ("mcp:1@0#1", "Edit", "app.py", False, "write: [docs/**]"),
-        ("mcp:1@0#1", "Bash", "bash", False, "bash: deny"),
-        ("mcp:1@0#1", "Write", "review.md", True, "write: [docs/**]")]
+        ("Read", "app.py", True, "read: [src/**, docs/**]"),
+        ("Write", "evil.py", False, "write: [docs/**]"),
+        ("Edit", "app.py", False, "write: [docs/**]"),
+        ("Bash", "bash", False, "bash: deny"),
+        ("Grep", "grep", False, "read: [src/**, docs/**]"),
+        ("Write", "review.md", True, "write: [docs/**]"),
+        ("write_binding", "write_binding", True, "a session's own tool")]
     assert all(r.meta["agent"] == "reviewer" and r.meta["host"] == "claude-code"
                for r in records)
     shown = subprocess.run([str(PROSE), "show", run_id, "--project", str(project)],
                            capture_output=True, text=True, timeout=60).stdout
-    assert "tool calls (5, 3 refused)" in shown and "line 7: let review = session: reviewer" \
+    assert "tool calls (7, 4 refused)" in shown and "line 8: let review = session: reviewer" \
         in shown
 
 
@@ -167,7 +180,8 @@ def test_the_hooks_decisions_for_each_kind_of_call(tmp_path):
 
 def test_a_guided_sessions_item_token_leads_the_hook_to_its_permissions(tmp_path):
     """In a guided run the subagent knows its session by the run's item token (gs_…): the
-    engine notes it with the session's grant, so the hook finds the permissions too."""
+    engine notes it with the session's grant, so the hook finds the permissions too, and
+    refuses everything once the session's binding is written."""
     import asyncio
     import json
 
@@ -199,11 +213,15 @@ def test_a_guided_sessions_item_token_leads_the_hook_to_its_permissions(tmp_path
                 "tool_name": tool, "tool_input": args})
             answers.append(answer and answer["hookSpecificOutput"]["permissionDecision"])
         await provider.complete_session(item.token, "reviewed")
+        ended = await asyncio.to_thread(decide, {  # its binding is written: nothing more
+            "agent_id": "g1", "transcript_path": str(main), "cwd": str(project),
+            "tool_name": "Write", "tool_input": {"file_path": str(project / "docs" / "b.md")}})
+        answers.append(ended and ended["hookSpecificOutput"]["permissionDecision"])
         return await task
 
     outcome = asyncio.run(drive())
     assert outcome.status == "completed"
-    assert answers == ["deny", "deny", None]
+    assert answers == ["deny", "deny", None, "deny"]
     with open_store(project, "filesystem") as store:
         records = store.open_run(outcome.run_id).tool_calls()
     assert [(r.meta["tool"], r.meta["agent"], r.status) for r in records] == [
@@ -214,9 +232,11 @@ def test_a_guided_sessions_item_token_leads_the_hook_to_its_permissions(tmp_path
 def test_the_hook_checks_where_a_search_pattern_reaches(tmp_path):
     """Glob's pattern and Grep's glob are resolved against the search's path like a path is:
     an absolute pattern, one leaving the project through '..' (before or after a wildcard),
-    or one into .prose/ is refused; a pattern inside the project is left to the host. The
-    event reaches `prose hook pre-tool-use` on stdin, as Claude Code sends it."""
+    a negated one, or one into .prose/ is refused; a pattern inside the project is left to
+    the host."""
     import json
+
+    from openprose.engine.host_hook import decide
 
     project = tmp_path / "p"
     (project / "src").mkdir(parents=True)
@@ -231,27 +251,26 @@ def test_the_hook_checks_where_a_search_pattern_reaches(tmp_path):
         {"message": {"role": "user", "content": f"brief\ntoken: {grant.token}"}}) + "\n")
 
     def verdict(tool, args):
-        event = {"session_id": "s1", "agent_id": "a1", "transcript_path": str(main),
-                 "cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": tool,
-                 "tool_input": args}
-        done = subprocess.run([str(PROSE), "hook", "pre-tool-use"], input=json.dumps(event),
-                              capture_output=True, text=True, timeout=60, check=True)
-        if not done.stdout.strip():
+        answer = decide({"session_id": "s1", "agent_id": "a1", "transcript_path": str(main),
+                         "cwd": str(project), "hook_event_name": "PreToolUse",
+                         "tool_name": tool, "tool_input": args})
+        if answer is None:
             return None, ""
-        answer = json.loads(done.stdout)["hookSpecificOutput"]
-        return answer["permissionDecision"], answer["permissionDecisionReason"]
+        return (answer["hookSpecificOutput"]["permissionDecision"],
+                answer["hookSpecificOutput"]["permissionDecisionReason"])
 
     src = str(project / "src")
     refused = [
         ("Glob", {"pattern": "../../etc/*", "path": src}),
-        ("Glob", {"pattern": "/home/*/.ssh/*"}),
-        ("Glob", {"pattern": "~/.ssh/*"}),
+        ("Glob", {"pattern": "/home/*/.ssh/*", "path": src}),
+        ("Glob", {"pattern": "~/.ssh/*", "path": src}),
         ("Glob", {"pattern": "**/../../../etc/passwd", "path": src}),
         ("Glob", {"pattern": "{..,x}/../*", "path": src}),
-        ("Glob", {"pattern": "{/etc,src}/*"}),
-        ("Glob", {"pattern": ".prose/*"}),
+        ("Glob", {"pattern": "{/etc,src}/*", "path": src}),
+        ("Glob", {"pattern": "../.prose/*", "path": src}),
+        ("Glob", {"pattern": "!*.py", "path": src}),
         ("Grep", {"pattern": "secret", "glob": "../../*", "path": src}),
-        ("Grep", {"pattern": "secret", "glob": "/etc/*"}),
+        ("Grep", {"pattern": "secret", "glob": "/etc/*", "path": src}),
     ]
     for tool, args in refused:
         decision, reason = verdict(tool, args)
@@ -260,9 +279,9 @@ def test_the_hook_checks_where_a_search_pattern_reaches(tmp_path):
             (args.get("glob") or args["pattern"]) in reason, reason
     for tool, args in [("Glob", {"pattern": "**/*.py", "path": src}),
                        ("Glob", {"pattern": "../src/*.py", "path": src}),
-                       ("Glob", {"pattern": str(project / "src" / "*.py")}),
+                       ("Glob", {"pattern": str(project / "src" / "*.py"), "path": src}),
                        ("Grep", {"pattern": "/etc/passwd|\\.\\./", "path": src}),
-                       ("Grep", {"pattern": "x", "glob": "*.py"})]:
+                       ("Grep", {"pattern": "x", "glob": "*.py", "path": src})]:
         assert verdict(tool, args) == (None, ""), (tool, args)
     with open_store(project, "filesystem") as store:
         records = store.open_run(run.id).tool_calls()
@@ -270,9 +289,9 @@ def test_the_hook_checks_where_a_search_pattern_reaches(tmp_path):
     assert records[0].meta["subject"] == "../../etc/*"
 
 
-def test_the_plugin_runs_the_hook_for_exactly_the_tools_it_decides():
-    """hooks.json names the tools Claude Code hands to the hook; host_hook decides by its own
-    list. A tool in host_hook's list but not in the matcher would never be checked."""
+def test_the_plugin_hands_every_tool_call_to_the_hook():
+    """A session may be offered any tool (another server's, a new one of Claude Code's): the
+    hook must see every call to refuse what it cannot check, so its matcher is every tool."""
     hooks = json.loads((PLUGIN_DIR / "hooks" / "hooks.json").read_text(encoding="utf-8"))
     [entry] = hooks["hooks"]["PreToolUse"]
-    assert set(entry["matcher"].split("|")) == {*PATH_TOOLS, "Bash", *WEB_TOOLS}
+    assert entry["matcher"] == "*"

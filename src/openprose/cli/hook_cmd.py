@@ -20,6 +20,7 @@ import click
 def hook_command(event: str) -> None:
     """A host's hook (reads the host's event as JSON on stdin); used by the Claude Code
     plugin to enforce sessions' permissions."""
+    from openprose.cli.common import backends_for
     from openprose.engine.host_hook import decide, failed
 
     try:
@@ -30,7 +31,7 @@ def hook_command(event: str) -> None:
     if not isinstance(payload, dict):
         return
     try:
-        answer = decide(payload)
+        answer = decide(payload, lambda project: backends_for(project, None))
     except Exception as err:  # fail closed: an unchecked session call is refused
         answer = failed(payload, err)
     if answer is not None:
