@@ -18,7 +18,7 @@ from openprose.state import BACKENDS
 from openprose.terminal import printable
 
 WIDTH = 80
-STATUS_STYLE = {"running": "cyan", "completed": "green", "failed": "red bold",
+STATUS_STYLE = {"queued": "blue", "running": "cyan", "completed": "green", "failed": "red bold",
                 "interrupted": "yellow", "complete": "green", "executing": "cyan",
                 "cancelled": "yellow", "judged": "magenta"}
 

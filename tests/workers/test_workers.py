@@ -1,0 +1,178 @@
+"""The pool of workers, with real `prose worker` processes on a real PostgreSQL: a queued run
+is claimed and driven; a worker SIGKILLed mid-run loses nothing (another takes its run over
+from the journal); SIGTERM hands runs back; `prose cancel` stops queued and running runs; the
+global session cap holds across workers.
+
+Every wait is on a record: the scripted provider's call log or the run's status, never a
+sleep. Workers beat every 0.2 s and count as dead after 1 s of silence."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.engine.cli_procs import CLI, make_project, prose, stop, wait_for
+
+from openprose.state import open_store
+
+pytestmark = pytest.mark.postgres
+
+PROGRAM = '''\
+let a = session "step A"
+let b = session "step B"
+output o = session "final"
+  context: { a, b }
+'''
+
+
+def script(hold_b: bool) -> str:
+    """Sessions of 50 ms; "step B" held for an hour when ``hold_b`` (a run alive until its
+    worker is killed, stopped or cancelled, however slow the machine)."""
+    held = "\n    latency: 3600" if hold_b else ""
+    return f'''\
+latency: 0.05
+call_log: calls.jsonl
+sessions:
+  - match: "step A"
+    output: "did A"
+  - match: "step B"
+    output: "did B"{held}
+  - match: "final"
+    output: "final"
+'''
+
+
+@pytest.fixture
+def root(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("OPENPROSE_WORKER_HEARTBEAT", "0.2")
+    monkeypatch.setenv("OPENPROSE_WORKER_STALLED_AFTER", "1")
+    yield from make_project(tmp_path / "project", PROGRAM, script(hold_b=True), "postgres",
+                            monkeypatch)
+
+
+@pytest.fixture
+def workers(root: Path) -> Iterator[list[subprocess.Popen]]:
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        stop(proc)
+
+
+def worker(root: Path, started: list[subprocess.Popen], name: str,
+           *args: str) -> subprocess.Popen:
+    proc = prose(root, "worker", *args, name=name)
+    started.append(proc)
+    return proc
+
+
+def enqueue(root: Path) -> str:
+    done = subprocess.run([*CLI, "run", "p.prose", "--state", "postgres", "--detach",
+                           "--provider", "scripted", "--script", "s.yaml"], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def calls(root: Path) -> list[dict]:
+    log = root / "calls.jsonl"
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.endswith("}")]
+
+
+def started(root: Path, text: str) -> int:
+    return sum(1 for c in calls(root) if c["phase"] == "start" and c.get("text") == text)
+
+
+def status(root: Path, run_id: str) -> str:
+    with open_store(root, "postgres") as store:
+        return next(info.status for info in store.list_runs() if info.id == run_id)
+
+
+def outputs(root: Path, run_id: str) -> dict[str, str]:
+    with open_store(root, "postgres") as store:
+        run = store.open_run(run_id)
+        return {b.name: run.read_binding(b.ref).value for b in run.bindings()}
+
+
+def test_takeover_after_sigkill(root: Path, workers: list[subprocess.Popen]) -> None:
+    run_id = enqueue(root)
+    assert status(root, run_id) == "queued"
+    first = worker(root, workers, "w1")
+    wait_for(lambda: started(root, "step B") == 1, "step B started", first)
+    assert status(root, run_id) == "running"
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    (root / "s.yaml").write_text(script(hold_b=False))
+    second = worker(root, workers, "w2")
+    wait_for(lambda: status(root, run_id) == "completed", "the run completed", second)
+    assert started(root, "step A") == 1  # committed before the kill: never run again
+    assert started(root, "step B") == 2  # in flight at the kill: run again
+    assert outputs(root, run_id) == {"a": "did A", "b": "did B", "o": "final"}
+
+
+def test_sigterm_hands_runs_back(root: Path, workers: list[subprocess.Popen],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id = enqueue(root)
+    monkeypatch.setenv("OPENPROSE_WORKER_STOP_TIMEOUT", "0")
+    first = worker(root, workers, "w1")
+    monkeypatch.delenv("OPENPROSE_WORKER_STOP_TIMEOUT")
+    wait_for(lambda: started(root, "step B") == 1, "step B started", first)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=60) == 0
+    assert status(root, run_id) == "interrupted"
+    (root / "s.yaml").write_text(script(hold_b=False))
+    second = worker(root, workers, "w2")
+    wait_for(lambda: status(root, run_id) == "completed", "the run completed", second)
+    assert started(root, "step A") == 1
+    assert "Traceback" not in (root / "w1.err").read_text()
+
+
+def test_cancel_queued_and_running(root: Path, workers: list[subprocess.Popen]) -> None:
+    queued = enqueue(root)
+    done = subprocess.run([*CLI, "cancel", queued], cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert status(root, queued) == "interrupted"
+    running = enqueue(root)
+    proc = worker(root, workers, "w1")
+    wait_for(lambda: started(root, "step B") == 1, "step B started", proc)
+    done = subprocess.run([*CLI, "cancel", running[:18]], cwd=root, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: status(root, running) == "interrupted", "the run interrupted", proc)
+    assert started(root, "step A") == 1  # the cancelled queued run never started
+    again = subprocess.run([*CLI, "cancel", running], cwd=root, capture_output=True,
+                           text=True, timeout=120)
+    assert again.returncode == 1 and "neither queued nor driven" in again.stderr
+
+
+CAPPED = '''\
+parallel:
+  x = session "one"
+  y = session "two"
+  z = session "three"
+'''
+
+
+def test_session_cap_across_workers(root: Path, workers: list[subprocess.Popen],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    (root / "p.prose").write_text(CAPPED)
+    (root / "s.yaml").write_text("latency: 0.05\ncall_log: calls.jsonl\n"
+                                 "default_output: done\n")
+    monkeypatch.setenv("OPENPROSE_MAX_SESSIONS_SCRIPTED", "1")
+    runs = [enqueue(root), enqueue(root)]
+    procs = [worker(root, workers, f"w{i}") for i in (1, 2)]
+    for run_id in runs:
+        wait_for(lambda run_id=run_id: status(root, run_id) == "completed",
+                 "the runs completed", procs[0])
+    in_flight = most = 0
+    for call in calls(root):  # appended in order: a start after its slot, an end before
+        in_flight += {"start": 1, "end": -1}.get(call["phase"], 0)
+        most = max(most, in_flight)
+    assert most == 1
+    assert sum(1 for c in calls(root) if c["phase"] == "end") == 6
