@@ -9,13 +9,15 @@ sleep. Workers beat every 0.2 s and count as dead after 1 s of silence."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.engine.cli_procs import CLI, make_project, prose, stop, wait_for
+from click.testing import CliRunner, Result
+from tests.engine.cli_procs import make_project, prose, stop, wait_for
 
 from openprose.state import open_store
 
@@ -69,11 +71,17 @@ def worker(root: Path, started: list[subprocess.Popen], name: str,
     return proc
 
 
+def cli(root: Path, *args: str) -> Result:
+    """``prose ARGS`` in this process (no interpreter to start), in ``root``."""
+    from openprose.cli import cli as prose_cli
+
+    return CliRunner().invoke(prose_cli, [*args, "--project", str(root)])
+
+
 def enqueue(root: Path) -> str:
-    done = subprocess.run([*CLI, "run", "p.prose", "--state", "postgres", "--detach",
-                           "--provider", "scripted", "--script", "s.yaml"], cwd=root,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = cli(root, "run", str(root / "p.prose"), "--state", "postgres", "--detach",
+               "--provider", "scripted", "--script", str(root / "s.yaml"))
+    assert done.exit_code == 0, done.output
     return done.stdout.strip()
 
 
@@ -88,9 +96,24 @@ def started(root: Path, text: str) -> int:
     return sum(1 for c in calls(root) if c["phase"] == "start" and c.get("text") == text)
 
 
-def status(root: Path, run_id: str) -> str:
-    with open_store(root, "postgres") as store:
-        return next(info.status for info in store.list_runs() if info.id == run_id)
+def column(root: Path, sql: str, run_id: str) -> object:
+    """One value about ``run_id`` from the runs' schema (no store opened on every poll)."""
+    import psycopg
+
+    schema = os.environ["OPENPROSE_POSTGRES_SCHEMA"]
+    with psycopg.connect(os.environ["OPENPROSE_POSTGRES_URL"]) as conn:
+        row = conn.execute(sql.replace("{p}", f'"{schema}".'), (run_id,)).fetchone()
+    return row[0] if row else None
+
+
+def status(root: Path, run_id: str) -> object:
+    return column(root, "SELECT status FROM {p}run WHERE id = %s", run_id)
+
+
+def driver(run_id: str, root: Path, procs: list[subprocess.Popen]) -> subprocess.Popen:
+    """The worker process driving ``run_id`` (the driver table names its pid)."""
+    pid = column(root, "SELECT pid FROM {p}driver WHERE run_id = %s", run_id)
+    return next(proc for proc in procs if proc.pid == pid)
 
 
 def outputs(root: Path, run_id: str) -> dict[str, str]:
@@ -102,14 +125,15 @@ def outputs(root: Path, run_id: str) -> dict[str, str]:
 def test_takeover_after_sigkill(root: Path, workers: list[subprocess.Popen]) -> None:
     run_id = enqueue(root)
     assert status(root, run_id) == "queued"
-    first = worker(root, workers, "w1")
-    wait_for(lambda: started(root, "step B") == 1, "step B started", first)
+    procs = [worker(root, workers, f"w{i}") for i in (1, 2)]
+    wait_for(lambda: started(root, "step B") == 1, "step B started", procs[0])
     assert status(root, run_id) == "running"
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    (root / "s.yaml").write_text(script(hold_b=False))
-    second = worker(root, workers, "w2")
-    wait_for(lambda: status(root, run_id) == "completed", "the run completed", second)
+    (root / "s.yaml").write_text(script(hold_b=False))  # for whoever takes the run over
+    killed = driver(run_id, root, procs)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    other = next(proc for proc in procs if proc is not killed)
+    wait_for(lambda: status(root, run_id) == "completed", "the run completed", other)
     assert started(root, "step A") == 1  # committed before the kill: never run again
     assert started(root, "step B") == 2  # in flight at the kill: run again
     assert outputs(root, run_id) == {"a": "did A", "b": "did B", "o": "final"}
@@ -119,36 +143,33 @@ def test_sigterm_hands_runs_back(root: Path, workers: list[subprocess.Popen],
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     run_id = enqueue(root)
     monkeypatch.setenv("OPENPROSE_WORKER_STOP_TIMEOUT", "0")
-    first = worker(root, workers, "w1")
-    monkeypatch.delenv("OPENPROSE_WORKER_STOP_TIMEOUT")
-    wait_for(lambda: started(root, "step B") == 1, "step B started", first)
-    first.send_signal(signal.SIGTERM)
-    assert first.wait(timeout=60) == 0
-    assert status(root, run_id) == "interrupted"
+    procs = [worker(root, workers, f"w{i}") for i in (1, 2)]
+    wait_for(lambda: started(root, "step B") == 1, "step B started", procs[0])
     (root / "s.yaml").write_text(script(hold_b=False))
-    second = worker(root, workers, "w2")
-    wait_for(lambda: status(root, run_id) == "completed", "the run completed", second)
+    stopped = driver(run_id, root, procs)
+    stopped.send_signal(signal.SIGTERM)
+    assert stopped.wait(timeout=60) == 0
+    other = next(proc for proc in procs if proc is not stopped)
+    wait_for(lambda: status(root, run_id) == "completed", "the run completed", other)
     assert started(root, "step A") == 1
-    assert "Traceback" not in (root / "w1.err").read_text()
+    log = (root / f"w{procs.index(stopped) + 1}.err").read_text()
+    assert "Traceback" not in log and log.rstrip().endswith("stopped")
 
 
 def test_cancel_queued_and_running(root: Path, workers: list[subprocess.Popen]) -> None:
     queued = enqueue(root)
-    done = subprocess.run([*CLI, "cancel", queued], cwd=root, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = cli(root, "cancel", queued)
+    assert done.exit_code == 0, done.output
     assert status(root, queued) == "interrupted"
     running = enqueue(root)
     proc = worker(root, workers, "w1")
     wait_for(lambda: started(root, "step B") == 1, "step B started", proc)
-    done = subprocess.run([*CLI, "cancel", running[:18]], cwd=root, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = cli(root, "cancel", running[:18])
+    assert done.exit_code == 0, done.output
     wait_for(lambda: status(root, running) == "interrupted", "the run interrupted", proc)
     assert started(root, "step A") == 1  # the cancelled queued run never started
-    again = subprocess.run([*CLI, "cancel", running], cwd=root, capture_output=True,
-                           text=True, timeout=120)
-    assert again.returncode == 1 and "neither queued nor driven" in again.stderr
+    again = cli(root, "cancel", running)
+    assert again.exit_code == 1 and "neither queued nor driven" in again.output
 
 
 CAPPED = '''\
