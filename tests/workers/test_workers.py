@@ -197,3 +197,18 @@ def test_session_cap_across_workers(root: Path, workers: list[subprocess.Popen],
         most = max(most, in_flight)
     assert most == 1
     assert sum(1 for c in calls(root) if c["phase"] == "end") == 6
+
+
+@pytest.mark.anyio
+async def test_mcp_cancel_run_cancels_a_queued_run(root: Path) -> None:
+    import anyio
+    from mcp import Client
+
+    from openprose.mcp_server.server import create_server
+
+    run_id = await anyio.to_thread.run_sync(enqueue, root)
+    async with Client(create_server(root, watch=False), mode="legacy") as client:
+        result = await client.call_tool("cancel_run", {"run_id": run_id})
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content == {"run_id": run_id, "status": "interrupted"}
+    assert status(root, run_id) == "interrupted"

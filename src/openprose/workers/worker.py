@@ -189,9 +189,6 @@ def task(root: Path, slots: Slots | None) -> Callable[..., Any]:
             _log.warning("run %s cannot be driven: %s", run_id, err)
             return "refused"
         try:
-            if _ended(root, run_id):
-                _release(job)
-                return "ended"
             provider = _prepare(job, root, slots)
         except (EngineError, state.StateError) as err:
             _release(job)
@@ -214,14 +211,6 @@ def task(root: Path, slots: Slots | None) -> Callable[..., Any]:
 def _release(job: runner.Job) -> None:
     if job.driver is not None:
         job.driver.release()
-
-
-def _ended(root: Path, run_id: str) -> bool:
-    store = state.open_store(root, "postgres")
-    try:
-        return store.open_run(run_id).status in ("completed", "failed")
-    finally:
-        store.close()
 
 
 def _prepare(job: runner.Job, root: Path, slots: Slots | None) -> Provider:
