@@ -86,6 +86,11 @@ class Phase:
         self.workers.append(proc)
         return proc
 
+    def ready(self, proc: subprocess.Popen) -> bool:
+        """Whether worker ``proc`` has started taking runs (it says so on stderr)."""
+        name = f"w{self.workers.index(proc) + 1}.err"
+        return "takes runs" in (self.root / name).read_text()
+
     def query(self, sql: str, *params: object) -> list[tuple]:
         import psycopg
 
@@ -161,8 +166,10 @@ def chaos(url: str, args: argparse.Namespace) -> None:
             nonlocal next_kill
             if time.monotonic() < next_kill:
                 return
-            alive = [p for p in phase.workers if p.poll() is None]
-            victim = rng.choice(alive)
+            ready = [p for p in phase.workers if p.poll() is None and phase.ready(p)]
+            if not ready:  # none has started yet: a kill would test nothing
+                return
+            victim = rng.choice(ready)
             driven = [r for (r,) in phase.query(
                 "SELECT d.run_id FROM {p}driver d JOIN {p}run r ON r.id = d.run_id"
                 " WHERE d.pid = %s AND r.status = 'running'", victim.pid)]
@@ -228,8 +235,8 @@ def main() -> None:
     parser.add_argument("--chaos-runs", type=int, default=200, help="0: no chaos phase")
     parser.add_argument("--chaos-workers", type=int, default=4)
     parser.add_argument("--kill-every", type=float, default=3.0, help="seconds, about")
-    parser.add_argument("--heartbeat", type=float, default=0.5)
-    parser.add_argument("--stalled-after", type=float, default=2.0)
+    parser.add_argument("--heartbeat", type=float, default=1.0)
+    parser.add_argument("--stalled-after", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()

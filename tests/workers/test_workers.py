@@ -4,7 +4,7 @@ from the journal); SIGTERM hands runs back; `prose cancel` stops queued and runn
 global session cap holds across workers.
 
 Every wait is on a record: the scripted provider's call log or the run's status, never a
-sleep. Workers beat every 0.2 s and count as dead after 1 s of silence."""
+sleep. Workers beat every 0.2 s and count as dead after 1.5 s of silence."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ sessions:
 @pytest.fixture
 def root(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("OPENPROSE_WORKER_HEARTBEAT", "0.2")
-    monkeypatch.setenv("OPENPROSE_WORKER_STALLED_AFTER", "1")
+    monkeypatch.setenv("OPENPROSE_WORKER_STALLED_AFTER", "1.5")
     yield from make_project(tmp_path / "project", PROGRAM, script(hold_b=True), "postgres",
                             monkeypatch)
 

@@ -55,6 +55,10 @@ def worker_command(concurrency: int, queue: str, project: Path) -> None:
         click.echo("prose worker: stopped at once; its runs are taken over by other workers",
                    err=True)
         sys.exit(130)
+    except Exception as err:  # the database went away, or the queue failed
+        fail("worker", f"stopped by {type(err).__name__}: "
+                       f"{(str(err).splitlines() or [''])[0]}; its runs are taken over by "
+                       "other workers")
     click.echo("prose worker: stopped", err=True)
 
 

@@ -64,6 +64,7 @@ def install(url: str, schema: str) -> None:
     from procrastinate.schema import SchemaManager
 
     with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        check_session_pooling(conn)
         conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
         try:
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
@@ -74,6 +75,19 @@ def install(url: str, schema: str) -> None:
                 conn.execute(SchemaManager.get_schema())
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
+
+
+def check_session_pooling(conn: Any) -> None:
+    """Refuse a pooler in transaction mode (PgBouncer's ``pool_mode = transaction``): a run's
+    driver lock and the session cap are session locks, which need one server connection
+    for as long as they are held. Best effort: seen only when consecutive statements of one
+    connection reach different server processes."""
+    pids = {conn.execute("SELECT pg_backend_pid()").fetchone()[0] for _ in range(4)}
+    if len(pids) > 1:
+        raise state.BackendUnavailable(
+            "PostgreSQL is reached through a pooler in transaction mode (statements of one "
+            "connection went to different server processes): workers need session locks; "
+            "point OPENPROSE_POSTGRES_URL at the server or at a pool in session mode")
 
 
 def enqueue(job: runner.Job, grants: Grants, queue: str = DEFAULT_QUEUE) -> tuple[str, int]:

@@ -42,6 +42,8 @@ from openprose.workers import queue as q
 
 #: How often a waiting session asks for a free slot of its provider's cap.
 SLOT_POLL_SECONDS = 0.05
+#: Seconds of silence after which a worker's record is deleted (at least).
+PRUNE_AFTER = 300.0
 
 
 class HandedBack(EngineError):
@@ -261,7 +263,8 @@ async def _sweep(app: Any, url: str, schema: str, queue: str, every: float,
                     try:
                         await app.job_manager.retry_job(stalled)
                     except Exception as err:  # finished or retried meanwhile
-                        _log.info("job %s not handed back: %s", stalled.id, err)
+                        _log.info("job %s not handed back: %s: %s", stalled.id,
+                                  type(err).__name__, err)
             await asyncio.sleep(every)
     finally:
         await conn.close()
@@ -286,7 +289,8 @@ class _OneLine(logging.Formatter):
 def _logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLine())
-    for name, level in (("openprose.worker", logging.INFO), ("procrastinate", logging.ERROR)):
+    for name, level in (("openprose.worker", logging.INFO), ("procrastinate", logging.ERROR),
+                        ("psycopg", logging.ERROR)):
         logger = logging.getLogger(name)
         logger.addHandler(handler)
         logger.setLevel(level)
@@ -321,7 +325,9 @@ async def serve(root: Path, concurrency: int, queue: str,
                 await app.run_worker_async(
                     queues=[qualified], concurrency=concurrency, name=name,
                     update_heartbeat_interval=config.heartbeat,
-                    stalled_worker_timeout=config.stalled_after,
+                    # a worker's record is deleted (by the next worker to start) only
+                    # long after its jobs were handed back: one merely slow keeps its own
+                    stalled_worker_timeout=max(PRUNE_AFTER, 10 * config.stalled_after),
                     fetch_job_polling_interval=config.heartbeat,
                     abort_job_polling_interval=config.heartbeat,
                     shutdown_graceful_timeout=config.stop_timeout)
