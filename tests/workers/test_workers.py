@@ -212,3 +212,14 @@ async def test_mcp_cancel_run_cancels_a_queued_run(root: Path) -> None:
     assert not result.is_error, result.content[0].text
     assert result.structured_content == {"run_id": run_id, "status": "interrupted"}
     assert status(root, run_id) == "interrupted"
+
+
+def test_detach_needs_postgres(tmp_path: Path) -> None:
+    (tmp_path / "p.prose").write_text(PROGRAM)
+    (tmp_path / "s.yaml").write_text(script(hold_b=False))
+    done = cli(tmp_path, "run", str(tmp_path / "p.prose"), "--detach", "--provider",
+               "scripted", "--script", str(tmp_path / "s.yaml"))
+    assert done.exit_code == 2
+    assert "--detach queues the run in PostgreSQL for workers: add --state postgres" in \
+        done.output
+    assert not (tmp_path / ".prose" / "runs").exists()
