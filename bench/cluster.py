@@ -108,6 +108,17 @@ class Phase:
         return [json.loads(line) for line in log.read_text().splitlines()
                 if line.endswith("}")]
 
+    def stop(self) -> float:
+        """Stop the workers (SIGTERM); the CPU seconds they used."""
+        used = 0.0
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                _, _, usage = os.wait4(proc.pid, 0)
+                proc.returncode = 0
+                used += usage.ru_utime + usage.ru_stime
+        return used
+
     def close(self) -> None:
         for proc in self.workers:
             if proc.poll() is None:
@@ -143,10 +154,11 @@ def throughput(url: str, args: argparse.Namespace, workers: int) -> None:
         last = max(c["at"] for c in calls if c["phase"] == "committed")
         took = last - first
         bound = args.latency * args.sessions
+        cpu = phase.stop()
         print(f"  {workers} worker(s) x {args.concurrency}: {len(ids)} runs in {took:.1f} s = "
               f"{len(ids) / took:.2f} runs/s ({len(ids) * args.sessions / took:.1f} "
               f"sessions/s; latency-bound ideal {workers * args.concurrency / bound:.2f} "
-              "runs/s)")
+              f"runs/s); workers' CPU, start-up included: {cpu / len(ids):.2f} s per run")
     finally:
         phase.close()
 
