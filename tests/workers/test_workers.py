@@ -172,6 +172,24 @@ def test_cancel_queued_and_running(root: Path, workers: list[subprocess.Popen]) 
     assert again.exit_code == 1 and "neither queued nor driven" in again.output
 
 
+def test_consent_is_the_one_given_at_enqueue(root: Path, workers: list[subprocess.Popen],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    (root / "p.prose").write_text('output o = session "run a command"\n')
+    (root / "s.yaml").write_text("call_log: calls.jsonl\nsessions:\n  - match: command\n"
+                                 "    tools:\n      - bash: echo hi\n")
+    allowed = cli(root, "run", str(root / "p.prose"), "--state", "postgres", "--detach",
+                  "--provider", "scripted", "--script", str(root / "s.yaml"), "--allow-bash")
+    assert allowed.exit_code == 0, allowed.output
+    refused = enqueue(root)
+    monkeypatch.setenv("OPENPROSE_ALLOW_BASH", "1")  # the worker's own: never used
+    proc = worker(root, workers, "w1")
+    for run_id in (allowed.stdout.strip(), refused):
+        wait_for(lambda run_id=run_id: status(root, run_id) == "completed",
+                 "the runs completed", proc)
+    assert outputs(root, allowed.stdout.strip())["o"].endswith("hi")
+    assert "--allow-bash" in outputs(root, refused)["o"]
+
+
 CAPPED = '''\
 parallel:
   x = session "one"
