@@ -241,3 +241,18 @@ def test_detach_needs_postgres(tmp_path: Path) -> None:
     assert "--detach queues the run in PostgreSQL for workers: add --state postgres" in \
         done.output
     assert not (tmp_path / ".prose" / "runs").exists()
+
+
+def test_a_database_made_before_queued_runs_takes_them(tmp_path: Path, pg_url: str,
+                                                      pg_schema: str) -> None:
+    import psycopg
+
+    with open_store(tmp_path, "postgres", postgres_url=pg_url, schema=pg_schema):
+        pass
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the constraint as it was
+        conn.execute(f'ALTER TABLE "{pg_schema}".run DROP CONSTRAINT run_status_check')
+        conn.execute(f'ALTER TABLE "{pg_schema}".run ADD CONSTRAINT run_status_check CHECK'
+                     " (status IN ('running', 'completed', 'failed', 'interrupted'))")
+    with open_store(tmp_path, "postgres", postgres_url=pg_url, schema=pg_schema) as store:
+        run = store.create_run(PROGRAM, "p.prose", queued=True)
+        assert run.status == "queued"
