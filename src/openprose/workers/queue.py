@@ -14,7 +14,12 @@ from typing import Any
 from openprose import state
 from openprose.engine import runner
 from openprose.engine.permissions import Grants
-from openprose.state.config import postgres_schema, postgres_url
+from openprose.state.config import (
+    postgres_schema,
+    postgres_scrubbed,
+    postgres_shown,
+    postgres_url,
+)
 
 #: The task every job runs.
 TASK = "openprose.drive_run"
@@ -63,7 +68,13 @@ def install(url: str, schema: str) -> None:
     import psycopg
     from procrastinate.schema import SchemaManager
 
-    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+    except psycopg.Error as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise state.BackendUnavailable(f"cannot connect to PostgreSQL at {postgres_shown(url)}: "
+                                       f"{postgres_scrubbed(reason, url)}") from None
+    with conn:
         check_session_pooling(conn)
         conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
         try:
