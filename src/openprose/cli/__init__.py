@@ -24,6 +24,8 @@ COMMANDS = {
     "install-skill": "openprose.cli.install_skill_cmd:install_skill_command",
     "serve": "openprose.cli.serve_cmd:serve_command",
     "hook": "openprose.cli.hook_cmd:hook_command",
+    "worker": "openprose.cli.worker_cmd:worker_command",
+    "cancel": "openprose.cli.worker_cmd:cancel_command",
 }
 
 

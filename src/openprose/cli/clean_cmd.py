@@ -44,8 +44,8 @@ def select(rows: list[dict[str, Any]], *, older_than: timedelta | None, keep: in
     if older_than is not None:
         chosen = [row for row in chosen if row["ended"] is not None
                   and now - row["ended"] >= older_than]
-    running = [row for row in chosen if row["status"] == "running"]
-    return [row for row in chosen if row["status"] != "running"], running
+    running = [row for row in chosen if row["status"] in ("queued", "running")]
+    return [row for row in chosen if row["status"] not in ("queued", "running")], running
 
 
 def _size(path: Path) -> int:

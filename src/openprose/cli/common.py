@@ -32,7 +32,7 @@ EXIT_CODES: dict[int, str] = {
          "by Ctrl-C)",
     143: "`prose serve` stopped by SIGTERM (128 + the signal's number)",
 }
-STATUS_STYLE = {"running": "cyan", "completed": "green", "failed": "red bold",
+STATUS_STYLE = {"queued": "blue", "running": "cyan", "completed": "green", "failed": "red bold",
                 "interrupted": "yellow", "complete": "green", "executing": "cyan",
                 "cancelled": "yellow", "judged": "magenta"}
 

@@ -173,10 +173,16 @@ def _common(fn: Any) -> Any:
               help="Value for a program input (repeatable).")
 @click.option("--dry-run", is_flag=True,
               help="Walk the program without a model: sessions and judgments per construct.")
+@click.option("--detach", is_flag=True,
+              help="Queue the run for `prose worker` processes and print its id (needs "
+                   "--state postgres and the workers extra).")
+@click.option("--queue", default="runs", show_default=True,
+              help="With --detach: the queue the run goes to.")
 @_common
-def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str | None,
-                provider: str | None, script: str | None, max_concurrency: int | None,
-                as_json: bool, project: str, **grants: Any) -> None:
+def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, detach: bool, queue: str,
+                backend: str | None, provider: str | None, script: str | None,
+                max_concurrency: int | None, as_json: bool, project: str,
+                **grants: Any) -> None:
     """Run an OpenProse program (a file, - for stdin, a URL or handle/slug)."""
     root = _project(project, "run")
     source, file = _read_program(file, root, "run")
@@ -210,8 +216,46 @@ def run_command(file: str, inputs: tuple[str, ...], dry_run: bool, backend: str 
                      inputs=values, project_root=root, backend=backend or "filesystem")
     _how(job, provider or "anthropic", script, max_concurrency or CONCURRENCY)
     _budget(job, grants.pop("max_tokens"), grants.pop("max_cost"), root, "run")
-    execute(job, cli_provider(job.settings["provider"], script, project), as_json, project,
-             grants)
+    chosen = cli_provider(job.settings["provider"], script, project)
+    if detach:
+        _detach(job, queue, as_json, grants)
+        return
+    execute(job, chosen, as_json, project, grants)
+
+
+def _detach(job: Any, queue: str, as_json: bool, grants: dict[str, bool]) -> None:
+    """Queue ``job`` for the workers, its consent (flags and settings) recorded with it;
+    print its id."""
+    from openprose.cli.worker_cmd import check_queue
+    from openprose.engine.inputs import missing
+    from openprose.engine.permissions import Grants
+    from openprose.errors import OpenProseError
+    from openprose.state import settings
+
+    if job.backend != "postgres":
+        _refuse("run", "--detach queues the run in PostgreSQL for workers: add --state postgres")
+    check_queue("run", queue)
+    absent = missing(job.program, job.inputs)
+    if absent:
+        _refuse("run", "--detach: nobody can answer inputs: give "
+                       + ", ".join(f"--input {name}=..." for name, _ in absent))
+    given = Grants.from_settings(settings(job.project_root),
+                                 bash=grants.get("allow_bash", False),
+                                 network=grants.get("allow_network", False),
+                                 unsandboxed=grants.get("allow_unsandboxed", False))
+    from openprose.workers.queue import enqueue
+
+    try:
+        run_id, job_id = enqueue(job, given, queue)
+    except OpenProseError as err:
+        _refuse("run", str(err))
+    if as_json:
+        click.echo(json.dumps({"run_id": run_id, "status": "queued", "queue": queue,
+                               "job": job_id}))
+    else:
+        click.echo(run_id)
+        click.echo(f"run {run_id} queued on {queue!r}; follow it with prose watch {run_id}",
+                   err=True)
 
 
 def _check_declared(unknown: list[str], program: Any, command: str) -> None:

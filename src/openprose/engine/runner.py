@@ -266,6 +266,7 @@ async def execute(job: Job, provider: Provider, listener: Listener | None = None
                 job.driver = store.driver_lock(job.run_id)
             run = store.open_run(job.run_id)
             run.end_abandoned_sessions()  # the lock is held: no other driver is alive
+            run.begin()
     except BaseException:
         store.close()
         _release(job)

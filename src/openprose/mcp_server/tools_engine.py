@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -73,6 +74,7 @@ from openprose.mcp_server.runs import DRIVER_KEY, GUIDED, DrivenRun
 from openprose.mcp_server.sampling import SamplingProvider
 from openprose.paths import PathRefused, contained
 from openprose.state import StateError, settings
+from openprose.state.config import postgres_url
 
 DELEGATED = "delegated"
 #: Journal record of how a delegated run was started (provider, script, concurrency).
@@ -274,6 +276,21 @@ class GuidedRoute:
         except ItemRefused as err:
             raise Refusal("a guided session's memory is reached with its live token",
                           str(err)) from None
+
+
+async def _cancel_queued(root: Path, run_id: str) -> str | None:
+    """Cancel ``run_id`` in the workers' queue (``prose run --detach``): "interrupted" when it
+    was still queued, "cancelling" when its worker is told to stop; None when it is no
+    queued run (or the workers extra or PostgreSQL is missing)."""
+    if importlib.util.find_spec("procrastinate") is None or not postgres_url(root):
+        return None
+    from openprose.workers.queue import cancel
+
+    try:
+        outcome = await asyncio.to_thread(cancel, root, run_id)
+    except StateError:
+        return None
+    return {"queued": "interrupted", "running": "cancelling"}.get(outcome)
 
 
 def _read_result(name: str, value: str, offset: int, limit: int) -> CallToolResult:
@@ -604,11 +621,16 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def cancel_run(run_id: str) -> Annotated[CallToolResult, CancelResult]:
-        """Stop a run the engine drives here; finished work stays; resume_run continues it."""
+        """Stop a run the engine drives here, or one queued for workers (wherever a worker
+        drives it); finished work stays; resume_run continues it."""
         run = modes.engines.get(run_id)
         if run is None or not run.live:
-            raise Refusal("cancel_run stops a run the engine is driving in this server",
-                          f"run {run_id} is not running here")
+            queued = await _cancel_queued(ctx.project_root, run_id)
+            if queued is not None:
+                return compact(CancelResult(run_id=run_id, status=queued),
+                               f"run {run_id}: {queued}; resume_run(run_id) continues it")
+            raise Refusal("cancel_run stops a run the engine is driving in this server or "
+                          "one queued for workers", f"run {run_id} is neither")
         await run.cancel()
         return compact(CancelResult(run_id=run_id, status=run.status),
                        f"run {run_id}: {run.status}; resume_run(run_id) continues it")

@@ -98,6 +98,13 @@ SETTINGS: tuple[Setting, ...] = (
             "program's permissions say `prompt`"),
     Setting("OPENPROSE_ALLOW_UNSANDBOXED_BASH", "1: run permitted commands unconfined where "
             "no OS sandbox exists"),
+    Setting("OPENPROSE_WORKER_HEARTBEAT", "seconds between a worker's heartbeats (default 2)"),
+    Setting("OPENPROSE_WORKER_STALLED_AFTER", "seconds without a heartbeat after which a "
+            "worker's runs are handed to another worker (default 10)"),
+    Setting("OPENPROSE_WORKER_STOP_TIMEOUT", "seconds a stopping worker waits for its runs "
+            "before it interrupts them and hands them back (default 30)"),
+    Setting("OPENPROSE_MAX_SESSIONS_<PROVIDER>", "sessions of that provider running at once "
+            "across every worker (rate limits are per API key, not per machine)"),
     Setting("OPENPROSE_REGISTRY", "where `handle/slug` programs are fetched from (default "
             "https://p.prose.md)", environment_only=True),
     Setting("OPENPROSE_GITHUB_ARCHIVE", "where `github:owner/repo` skills are downloaded "

@@ -31,7 +31,8 @@ RUN_FIELDS: dict[str, tuple[type, ...]] = {
     "id": (str,), "program_path": _OPT_STR, "program_source": (str,), "status": (str,),
     "started": (str,), "updated": (str,), "vm_token_hash": (str,), "error": _OPT_STR,
 }
-RUN_STATUSES = ("running", "completed", "failed", "interrupted")
+#: "queued": waiting in the worker queue for a driver (PostgreSQL, ``prose run --detach``).
+RUN_STATUSES = ("queued", "running", "completed", "failed", "interrupted")
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,7 +118,8 @@ class StateStore:
         return self.backend.writes_wait
 
     def create_run(self, program_source: str, program_path: str | None = None, *,
-                   run_id: str | None = None) -> Run:
+                   run_id: str | None = None, queued: bool = False) -> Run:
+        """A new run, running (its creator drives it) or ``queued`` for a worker."""
         if run_id:
             check_run_id(run_id)
             try:
@@ -131,8 +132,8 @@ class StateStore:
             run_id = new_run_id()
         token = _new_token("vm")
         now = utc_now()
-        record = RunRecord(run_id, program_path, program_source, "running", now, now,
-                           _hash(token))
+        record = RunRecord(run_id, program_path, program_source,
+                           "queued" if queued else "running", now, now, _hash(token))
         self.backend.create_run(record)
         run = Run(self, record, token)
         self._runs[run_id] = run
@@ -769,6 +770,12 @@ class Run:
 
     def state_text(self) -> str:
         return self.backend.read_state(self.id)
+
+    def begin(self) -> None:
+        """A queued run's driver has taken it: it is running."""
+        if self.record.status == "queued":
+            self.backend.update_run(self.id, status="running", error=None)
+            self.record = replace(self.record, status="running")
 
     def finish(self, status: str, error: str | None = None) -> None:
         if status not in ("completed", "failed", "interrupted"):

@@ -23,7 +23,7 @@ from openprose.state.driver import DriverHolder, RunLocked
 from openprose.state.errors import BackendUnavailable, StateError
 from openprose.state.files import process_alive
 from openprose.state.names import check_name
-from openprose.state.records import RunRecord
+from openprose.state.records import RUN_STATUSES, RunRecord
 
 # Columns added since the first release: PostgreSQL databases made before get them when
 # opened (SQLite databases are migrated by sqlite_schema).
@@ -79,6 +79,7 @@ class PostgresBackend(SqlBackend):
             for table, column, kind in ADDED_COLUMNS:
                 conn.execute(f"ALTER TABLE {self.prefix}{table} ADD COLUMN IF NOT EXISTS "
                              f"{column} {kind}")
+            _allow_queued(conn, self.prefix)
         self._psycopg = psycopg
         self._url = url
 
@@ -204,6 +205,17 @@ class PostgresBackend(SqlBackend):
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _allow_queued(conn: Any, prefix: str) -> None:
+    """Let a database made before the "queued" status (worker queues) hold it."""
+    row = conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid ="
+                       " %s::regclass AND conname = 'run_status_check'",
+                       (f"{prefix}run",)).fetchone()
+    if row is not None and "queued" not in row[0]:
+        conn.execute(f"ALTER TABLE {prefix}run DROP CONSTRAINT run_status_check")
+        conn.execute(f"ALTER TABLE {prefix}run ADD CONSTRAINT run_status_check CHECK (status IN"
+                     f" ({', '.join(repr(s) for s in RUN_STATUSES)}))")
 
 
 # Who holds each run's driver lock (PostgreSQL only: the lock itself is advisory).

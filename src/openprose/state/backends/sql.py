@@ -60,7 +60,7 @@ def tables(p: str, serial: str, json_type: str, now: str) -> list[str]:
             id TEXT PRIMARY KEY, program_path TEXT, program_source TEXT,
             started_at TEXT NOT NULL, updated_at TEXT NOT NULL,
             status TEXT NOT NULL DEFAULT 'running'
-              CHECK (status IN ('running', 'completed', 'failed', 'interrupted')),
+              CHECK (status IN ('queued', 'running', 'completed', 'failed', 'interrupted')),
             state_mode TEXT NOT NULL, metadata {json_type}, vm_token_hash TEXT NOT NULL,
             error TEXT, state_md TEXT)""",
         f"""CREATE TABLE IF NOT EXISTS {p}execution (

@@ -1,0 +1,268 @@
+"""A pool of `prose worker` processes on one PostgreSQL: throughput, and losing workers.
+
+One command: ``python bench/cluster.py`` (the issue's sizes: 200 runs of 10 sessions at 200 ms
+scripted latency, with 1, 2, 4 and 8 workers, then chaos with 4). Smaller:
+``python bench/cluster.py --runs 40 --sessions 5 --workers 1,2,4 --chaos-runs 40``.
+Needs OPENPROSE_POSTGRES_URL (or OPENPROSE_TEST_POSTGRES_URL; ``eval "$(scripts/pg-up)"``);
+each phase uses a fresh schema, dropped afterwards.
+
+Throughput: the runs are queued first, then the workers start; runs per second from the
+first session's start to the last run's end (the scripted call logs' times).
+
+Chaos: while the runs go, a random worker is SIGKILLed every few seconds and a new one
+started. Then: every run completed; no session started again after its result was committed
+(each run's call log); every run has all its bindings; take-over time per run that a killed
+worker drove: from the kill to that run's next session start on another worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+CLI = [sys.executable, "-c", "from openprose.cli import main; main()"]
+
+
+def program(sessions: int) -> str:
+    return "".join(f'let s{i} = session "step {i}"\n' for i in range(sessions - 1)) + \
+        'output o = session "final"\n'
+
+
+def enqueue_all(root: Path, runs: int, sessions: int, latency: float) -> list[str]:
+    """Queue ``runs`` runs, each with a script of its own (so a call log of its own)."""
+    from openprose.engine import runner
+    from openprose.engine.permissions import Grants
+    from openprose.language import compile as compile_program
+    from openprose.workers.queue import enqueue
+
+    source = program(sessions)
+    (root / "p.prose").write_text(source)
+    compiled = compile_program(source, "p.prose").program
+    assert compiled is not None
+    (root / "scripts").mkdir()
+    ids = []
+    for i in range(runs):
+        script = root / "scripts" / f"r{i}.yaml"
+        script.write_text(f"latency: {latency}\ncall_log: r{i}.jsonl\ndefault_output: ok\n")
+        job = runner.Job(source=source, file="p.prose", program=compiled, project_root=root,
+                         backend="postgres")
+        job.settings = {"provider": "scripted", "script": str(script), "max_concurrency": 16}
+        run_id, _ = enqueue(job, Grants())
+        ids.append(run_id)
+    return ids
+
+
+class Phase:
+    """A project and a schema of its own; the workers it started."""
+
+    def __init__(self, url: str, env: dict[str, str]) -> None:
+        self.url = url
+        self.schema = f"bench_{uuid.uuid4().hex[:12]}"
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = Path(self.tmp.name)
+        self.env = {**os.environ, **env, "OPENPROSE_POSTGRES_URL": url,
+                    "OPENPROSE_POSTGRES_SCHEMA": self.schema}
+        os.environ.update({"OPENPROSE_POSTGRES_URL": url,
+                           "OPENPROSE_POSTGRES_SCHEMA": self.schema})
+        self.workers: list[subprocess.Popen] = []
+        self.count = 0
+
+    def start(self, concurrency: int) -> subprocess.Popen:
+        self.count += 1
+        with open(self.root / f"w{self.count}.err", "w") as err:
+            proc = subprocess.Popen([*CLI, "worker", "--concurrency", str(concurrency)],
+                                    cwd=self.root, env=self.env, stdout=subprocess.DEVNULL,
+                                    stderr=err)
+        self.workers.append(proc)
+        return proc
+
+    def ready(self, proc: subprocess.Popen) -> bool:
+        """Whether worker ``proc`` has started taking runs (it says so on stderr)."""
+        name = f"w{self.workers.index(proc) + 1}.err"
+        return "takes runs" in (self.root / name).read_text()
+
+    def query(self, sql: str, *params: object) -> list[tuple]:
+        import psycopg
+
+        with psycopg.connect(self.url) as conn:
+            return conn.execute(sql.replace("{p}", f'"{self.schema}".'), params).fetchall()
+
+    def done(self, ids: list[str]) -> int:
+        rows = self.query("SELECT count(*) FROM {p}run WHERE status = 'completed'")
+        return int(rows[0][0])
+
+    def calls(self, i: int) -> list[dict]:
+        log = self.root / "scripts" / f"r{i}.jsonl"
+        if not log.exists():
+            return []
+        return [json.loads(line) for line in log.read_text().splitlines()
+                if line.endswith("}")]
+
+    def stop(self) -> float:
+        """Stop the workers (SIGTERM); the CPU seconds they used."""
+        used = 0.0
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                _, _, usage = os.wait4(proc.pid, 0)
+                proc.returncode = 0
+                used += usage.ru_utime + usage.ru_stime
+        return used
+
+    def close(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        self.tmp.cleanup()
+
+
+def wait_all(phase: Phase, ids: list[str], limit: float, tick: object = None) -> None:
+    deadline = time.monotonic() + limit
+    while phase.done(ids) < len(ids):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {phase.done(ids)} of {len(ids)} runs completed in "
+                             f"{limit:.0f} s")
+        if callable(tick):
+            tick()
+        time.sleep(0.2)
+
+
+def throughput(url: str, args: argparse.Namespace, workers: int) -> None:
+    phase = Phase(url, {})
+    try:
+        ids = enqueue_all(phase.root, args.runs, args.sessions, args.latency)
+        for _ in range(workers):
+            phase.start(args.concurrency)
+        wait_all(phase, ids, args.timeout)
+        calls = [c for i in range(len(ids)) for c in phase.calls(i)]
+        first = min(c["at"] for c in calls if c["phase"] == "start")
+        last = max(c["at"] for c in calls if c["phase"] == "committed")
+        took = last - first
+        bound = args.latency * args.sessions
+        cpu = phase.stop()
+        print(f"  {workers} worker(s) x {args.concurrency}: {len(ids)} runs in {took:.1f} s = "
+              f"{len(ids) / took:.2f} runs/s ({len(ids) * args.sessions / took:.1f} "
+              f"sessions/s; latency-bound ideal {workers * args.concurrency / bound:.2f} "
+              f"runs/s); workers' CPU, start-up included: {cpu / len(ids):.2f} s per run")
+    finally:
+        phase.close()
+
+
+def chaos(url: str, args: argparse.Namespace) -> None:
+    phase = Phase(url, {"OPENPROSE_WORKER_HEARTBEAT": str(args.heartbeat),
+                        "OPENPROSE_WORKER_STALLED_AFTER": str(args.stalled_after)})
+    rng = random.Random(args.seed)
+    kills: list[tuple[float, list[str]]] = []  # (when, runs the killed worker drove)
+    try:
+        ids = enqueue_all(phase.root, args.chaos_runs, args.sessions, args.latency)
+        for _ in range(args.chaos_workers):
+            phase.start(args.concurrency)
+        next_kill = time.monotonic() + args.kill_every
+
+        def tick() -> None:
+            nonlocal next_kill
+            if time.monotonic() < next_kill:
+                return
+            ready = [p for p in phase.workers if p.poll() is None and phase.ready(p)]
+            if not ready:  # none has started yet: a kill would test nothing
+                return
+            victim = rng.choice(ready)
+            driven = [r for (r,) in phase.query(
+                "SELECT d.run_id FROM {p}driver d JOIN {p}run r ON r.id = d.run_id"
+                " WHERE d.pid = %s AND r.status = 'running'", victim.pid)]
+            victim.send_signal(signal.SIGKILL)
+            kills.append((time.time(), driven))
+            victim.wait()
+            phase.start(args.concurrency)
+            next_kill = time.monotonic() + args.kill_every * rng.uniform(0.5, 1.5)
+
+        started = time.monotonic()
+        wait_all(phase, ids, args.timeout, tick)
+        took = time.monotonic() - started
+        index = {run_id: i for i, run_id in enumerate(ids)}
+        twice = 0
+        takeovers = []
+        for i in range(len(ids)):
+            committed: set[str] = set()
+            for call in phase.calls(i):
+                if call["phase"] == "committed":
+                    committed.add(call["key"])
+                elif call["phase"] == "start" and call["key"] in committed:
+                    twice += 1
+        handed = []
+        for when, driven in kills:
+            for run_id in driven:
+                later = [c["at"] for c in phase.calls(index[run_id])
+                         if c["phase"] == "start" and c["at"] > when]
+                if later:
+                    takeovers.append(min(later) - when)
+                back = phase.query(
+                    "SELECT extract(epoch FROM e.at) FROM {p}procrastinate_events e JOIN"
+                    " {p}procrastinate_jobs j ON j.id = e.job_id WHERE j.queueing_lock = %s"
+                    " AND e.type = 'deferred_for_retry' AND e.at > to_timestamp(%s)"
+                    " ORDER BY e.at LIMIT 1", run_id, when)
+                if back:
+                    handed.append(float(back[0][0]) - when)
+        bindings = phase.query("SELECT run_id, count(*) FROM {p}bindings GROUP BY run_id")
+        lost = sum(1 for run_id in ids
+                   if dict(bindings).get(run_id, 0) < args.sessions)
+        done = phase.done(ids)
+        print(f"  {len(ids)} runs, {args.chaos_workers} workers, {len(kills)} SIGKILLs "
+              f"(about every {args.kill_every:g} s) in {took:.1f} s")
+        print(f"  completed {done}/{len(ids)}; sessions started again after their commit: "
+              f"{twice}; runs missing bindings: {lost}")
+        print(f"  heartbeat {args.heartbeat:g} s, stalled after {args.stalled_after:g} s; "
+              f"{len(takeovers)} runs were driven by a killed worker")
+        for what, times in (("handed back to the queue", handed),
+                            ("resumed by another worker (its next session start)", takeovers)):
+            if times:
+                print(f"  {what}: median {statistics.median(times):.2f} s, max "
+                      f"{max(times):.2f} s after the kill")
+    finally:
+        phase.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--sessions", type=int, default=10)
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--workers", default="1,2,4,8", help="worker counts, comma-separated")
+    parser.add_argument("--concurrency", type=int, default=5, help="runs per worker at once")
+    parser.add_argument("--chaos-runs", type=int, default=200, help="0: no chaos phase")
+    parser.add_argument("--chaos-workers", type=int, default=4)
+    parser.add_argument("--kill-every", type=float, default=3.0, help="seconds, about")
+    parser.add_argument("--heartbeat", type=float, default=1.0)
+    parser.add_argument("--stalled-after", type=float, default=5.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=900)
+    args = parser.parse_args()
+    url = os.environ.get("OPENPROSE_POSTGRES_URL") or os.environ.get(
+        "OPENPROSE_TEST_POSTGRES_URL")
+    if not url:
+        raise SystemExit("set OPENPROSE_POSTGRES_URL (eval \"$(scripts/pg-up)\")")
+    print(f"{args.runs} runs x {args.sessions} sessions at {args.latency:g} s each")
+    for count in (int(n) for n in args.workers.split(",") if n):
+        throughput(url, args, count)
+    if args.chaos_runs:
+        print(f"chaos: {args.chaos_runs} runs x {args.sessions} sessions")
+        chaos(url, args)
+
+
+if __name__ == "__main__":
+    main()
