@@ -13,7 +13,7 @@ from tests.hosts.claude_code import PLUGIN_DIR, PROSE, run_claude
 from tests.hosts.fake_messages import FakeMessagesAPI, Reply, text, tool_use
 from tests.hosts.host_model import calls, first_user_text
 
-from openprose.engine.host_hook import PATH_TOOLS, WEB_TOOLS
+from openprose.engine.host_hook import LAUNCH, PATH_TOOLS, WEB_TOOLS
 from openprose.engine.permissions import Permissions, grant_fields
 from openprose.state import BindingRef, SessionStart, open_store
 
@@ -275,4 +275,42 @@ def test_the_plugin_runs_the_hook_for_exactly_the_tools_it_decides():
     list. A tool in host_hook's list but not in the matcher would never be checked."""
     hooks = json.loads((PLUGIN_DIR / "hooks" / "hooks.json").read_text(encoding="utf-8"))
     [entry] = hooks["hooks"]["PreToolUse"]
-    assert set(entry["matcher"].split("|")) == {*PATH_TOOLS, "Bash", *WEB_TOOLS}
+    assert set(entry["matcher"].split("|")) == {*PATH_TOOLS, "Bash", *WEB_TOOLS, LAUNCH}
+
+
+def test_the_hook_launches_a_session_on_its_programs_model(tmp_path):
+    """The main agent's Agent call whose prompt holds a session token: refused, naming the
+    model, when the session's agent names one and the call gives another or none; let
+    through (and recorded with the model it runs on) otherwise."""
+    from openprose.engine.host_hook import decide
+
+    project = tmp_path / "p"
+    project.mkdir()
+    with open_store(project, "filesystem") as store:
+        run = store.create_run(PROGRAM, "review.prose")
+        grants = run.start_sessions([
+            SessionStart("1", "h", BindingRef("review"), "let", "s", work=grant_fields(
+                "reviewer", None, "k1", 7, "claude-opus-5-5")),
+            SessionStart("2", "h", BindingRef("other"), "let", "s",
+                         work=grant_fields(None, None, "k2", 9))])
+    opus, free = (grant.token for grant in grants)
+
+    def launch(token, **model):
+        answer = decide({"cwd": str(project), "tool_name": "Agent", "tool_input": {
+            "description": "session", "subagent_type": "openprose:session",
+            "prompt": f'OpenProse session: call get_brief(token="{token}")', **model}})
+        return answer and answer["hookSpecificOutput"]["permissionDecisionReason"]
+
+    assert "agent 'reviewer' runs on model opus" in launch(opus)
+    assert 'model: "opus" (not \'sonnet\')' in launch(opus, model="sonnet")
+    assert 'model: "opus"' in launch(opus, model="haiku")
+    assert launch(opus, model="opus") is None
+    assert launch(free) is None and launch(free, model="haiku") is None
+    assert decide({"cwd": str(project), "tool_name": "Agent",
+                   "tool_input": {"prompt": "no session here"}}) is None
+    with open_store(project, "filesystem") as store:
+        records = store.open_run(run.id).tool_calls()
+    assert [(r.key, r.status, r.meta.get("model")) for r in records] == [
+        ("k1", "refused", None), ("k1", "refused", None), ("k1", "refused", None),
+        ("k1", "allowed", "opus"), ("k2", "allowed", "(the host's default model)"),
+        ("k2", "allowed", "haiku")]

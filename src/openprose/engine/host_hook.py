@@ -24,12 +24,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from openprose.engine.briefs import host_model
 from openprose.engine.permissions import Decision, Gate, Policy, from_grant, host_of
 from openprose.engine.work_tools import ToolRecord
 
 #: A session token as a subagent's first message carries it: the state's (embodied runs)
 #: or the guided run's item token.
 TOKEN = re.compile(r"\b(?:ses|gs)_[A-Za-z0-9_-]{12,}")
+#: Claude Code's tool that starts a subagent (its ``model`` picks the subagent's model).
+LAUNCH = "Agent"
 #: Claude Code's tools, by what they do: (argument naming the path, writes?, searches?).
 PATH_TOOLS = {"Read": ("file_path", False, False), "Write": ("file_path", True, False),
               "Edit": ("file_path", True, False), "MultiEdit": ("file_path", True, False),
@@ -53,6 +56,8 @@ def decide(payload: dict[str, Any], backends: tuple[str, ...] = ("filesystem", "
     leave the call to the host."""
     started = time.monotonic()
     tool, args = payload.get("tool_name"), payload.get("tool_input")
+    if tool == LAUNCH and not payload.get("agent_id"):
+        return launch(payload, backends)
     if not payload.get("agent_id") or not isinstance(args, dict):
         return None
     if tool not in PATH_TOOLS and tool != "Bash" and tool not in WEB_TOOLS:
@@ -79,6 +84,36 @@ def decide(payload: dict[str, Any], backends: tuple[str, ...] = ("filesystem", "
     if verdict is None:
         return None
     return answer(verdict, decision.message or f"{decision.rule}: the host asks")
+
+
+def launch(payload: dict[str, Any], backends: tuple[str, ...] = ("filesystem", "sqlite")
+           ) -> dict[str, Any] | None:
+    """The main agent starting a subagent (``Agent``) whose prompt holds an OpenProse
+    session token: refused when its ``model`` is not the one the session's program names
+    (or is missing), naming the model to use; otherwise recorded in the run's journal with
+    the model the session runs on."""
+    args = payload.get("tool_input")
+    found = TOKEN.search(str(args.get("prompt") or "")) if isinstance(args, dict) else None
+    if found is None:
+        return None
+    held = _grant(Path(str(payload.get("cwd") or ".")), found.group(0), backends)
+    if held is None:
+        return None
+    store, run_id, grant = held
+    work = grant.get("work") or {}
+    wanted, given = host_model(work.get("model")), args.get("model")  # type: ignore[union-attr]
+    agent = str(work.get("agent") or "(no agent)")
+    refused = wanted is not None and given != wanted
+    reason = (f"refused: this OpenProse session's agent '{agent}' runs on model {wanted}: "
+              f"start it with the Agent tool's model: \"{wanted}\""
+              + (f" (not {given!r})" if given else "")) if refused else ""
+    record = ToolRecord(LAUNCH, str(given or "(the host's default model)"), not refused,
+                        f"model: {wanted}" if wanted else "no model named", agent)
+    try:
+        store.backend.append_journal(run_id, _launched(work, grant, record), durable=True)
+    finally:
+        store.close()
+    return answer("deny", reason) if refused else None
 
 
 def answer(verdict: str, reason: str) -> dict[str, Any]:
@@ -203,6 +238,16 @@ def _sync(awaitable: Any) -> Decision:
     import asyncio
 
     return asyncio.run(awaitable)
+
+
+def _launched(work: dict[str, Any], grant: dict[str, Any], record: ToolRecord) -> Any:
+    from openprose.state.models import JournalEntry
+
+    meta = {**record.to_meta(), "host": "claude-code", "at": time.time()}
+    if record.allowed:
+        meta["model"] = record.subject  # the model the session really runs on
+    return JournalEntry(str(work.get("key") or grant.get("name")), "tool",
+                        status="allowed" if record.allowed else "refused", meta=meta)
 
 
 def _entry(key: str, tool: str, subject: str, decision: Decision, gate: Gate,
