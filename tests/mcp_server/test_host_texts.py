@@ -108,6 +108,8 @@ async def test_a_session_fails_by_its_own_token_and_the_program_retries(
         assert again.is_error and ("failed once" in again.content[0].text
                                 or "has ended" in again.content[0].text)
         second = await grant()
+        brief = check(await c.call_tool("get_brief", {"token": second}), "flaky")
+        assert brief["attempt"] == 2, brief  # the retry knows what failed before
         check(await c.call_tool("write_binding", {"token": second, "value": "done"}))
         if mode == "embodied":
             check(await c.call_tool("write_binding", {"token": vm, "name": "out",

@@ -4,12 +4,13 @@ and ``write_memory``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 
-from openprose.engine.briefs import Brief, ContextEntry, host_model
+from openprose.engine.briefs import Brief, ContextEntry, host_model, short_failure
 from openprose.engine.journal import SessionSpec
 from openprose.engine.permissions import (
     Permissions,
@@ -386,9 +387,12 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
         driven.run.record_result(FOLLOWED_STEP + followed[1].key, status="state",
                                  meta={"session": key, "hash": followed[1].input_hash})
     driven.sequence[(st.id, eid or 0)] = sequence
-    driven.pending[key] = Pending(st, ref, key, input_hash, granted.token,
-                                  session_brief(driven, st, ref.name, prompt, refs,
-                                                definition, memory, permissions),
+    brief = session_brief(driven, st, ref.name, prompt, refs, definition, memory, permissions)
+    if followed is not None:  # a retry: the brief says which attempt and what failed before
+        request = followed[0].request
+        brief = replace(brief, attempt=request.attempt,
+                        failures=tuple(short_failure(error) for error in request.failures))
+    driven.pending[key] = Pending(st, ref, key, input_hash, granted.token, brief,
                                   followed[0].token if followed else None,
                                   followed[1].key if followed else None)
     model = host_model(session_model(st, definition))
