@@ -42,7 +42,7 @@ CLAUDE_CODE_TOOLS = frozenset({"Read", "Write", "Edit", "Bash", "WebFetch", "Web
                                "NotebookEdit"})
 #: Claims the server no longer keeps: the server follows loop rounds itself; one reply.
 STALE = ("status `iteration`", "a loop's iteration n", "confirmation only",
-         "RecursionLimitExceeded: block", "(no mode)")
+         "RecursionLimitExceeded: block", "(no mode)", "'guided' (the default", "(default)")
 DEEP = """block inner(x) (max_depth: 1):
   do inner(x)
 do inner("a")

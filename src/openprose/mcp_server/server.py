@@ -46,8 +46,8 @@ from openprose.state import MAX_VALUE_BYTES
 
 INSTRUCTIONS = (
     "OpenProse runs programs of AI sessions. Before you run one, call get_instructions with "
-    "the run mode and follow what it returns: 'guided' (the default: the server runs the "
-    "control flow, you hand its sessions to subagents), 'embodied' (you are the program's VM "
+    "the run mode and follow what it returns: 'guided' (the usual choice: the server runs "
+    "the control flow, you hand its sessions to subagents), 'embodied' (you are the program's VM "
     "and step it with these tools; the server follows the program and refuses steps it does "
     "not allow) or 'in-context' (a tiny program kept in the conversation).")
 
