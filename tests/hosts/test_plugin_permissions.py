@@ -105,9 +105,11 @@ def test_the_hook_refuses_what_the_sessions_agent_may_not_do(tmp_path):
 
     with open_store(project, "filesystem") as store:
         records = store.open_run(run_id).tool_calls()
-    got = [(r.key, r.meta["tool"], Path(r.meta["subject"]).name if r.meta["tool"] != "Bash"
-            else "bash", r.meta["allowed"], r.meta["rule"]) for r in records]
-    assert got == [
+    subject = {"Bash": lambda s: "bash", "Agent": lambda s: s}
+    got = [(r.key, r.meta["tool"], subject.get(r.meta["tool"], lambda s: Path(s).name)(
+        r.meta["subject"]), r.meta["allowed"], r.meta["rule"]) for r in records]
+    assert got == [  # the launch (on the host's model: the agent names none), then its calls
+        ("mcp:1@0#1", "Agent", "(the host's default model)", True, "no model named"),
         ("mcp:1@0#1", "Read", "app.py", True, "read: [**]"),
         ("mcp:1@0#1", "Write", "evil.py", False, "write: [docs/**]"),
         ("mcp:1@0#1", "Edit", "app.py", False, "write: [docs/**]"),
@@ -117,7 +119,7 @@ def test_the_hook_refuses_what_the_sessions_agent_may_not_do(tmp_path):
                for r in records)
     shown = subprocess.run([str(PROSE), "show", run_id, "--project", str(project)],
                            capture_output=True, text=True, timeout=60).stdout
-    assert "tool calls (5, 3 refused)" in shown and "line 7: let review = session: reviewer" \
+    assert "tool calls (6, 3 refused)" in shown and "line 7: let review = session: reviewer" \
         in shown
 
 

@@ -246,6 +246,8 @@ def _launched(work: dict[str, Any], grant: dict[str, Any], record: ToolRecord) -
     meta = {**record.to_meta(), "host": "claude-code", "at": time.time()}
     if record.allowed:
         meta["model"] = record.subject  # the model the session really runs on
+    if work.get("line"):
+        meta["line"] = work["line"]
     return JournalEntry(str(work.get("key") or grant.get("name")), "tool",
                         status="allowed" if record.allowed else "refused", meta=meta)
 
