@@ -93,7 +93,9 @@ def launch(payload: dict[str, Any], backends: tuple[str, ...] = ("filesystem", "
     (or is missing), naming the model to use; otherwise recorded in the run's journal with
     the model the session runs on."""
     args = payload.get("tool_input")
-    found = TOKEN.search(str(args.get("prompt") or "")) if isinstance(args, dict) else None
+    if not isinstance(args, dict):
+        return None
+    found = TOKEN.search(str(args.get("prompt") or ""))
     if found is None:
         return None
     held = _grant(Path(str(payload.get("cwd") or ".")), found.group(0), backends)
@@ -101,7 +103,7 @@ def launch(payload: dict[str, Any], backends: tuple[str, ...] = ("filesystem", "
         return None
     store, run_id, grant = held
     work = grant.get("work") or {}
-    wanted, given = host_model(work.get("model")), args.get("model")  # type: ignore[union-attr]
+    wanted, given = host_model(work.get("model")), args.get("model")
     agent = str(work.get("agent") or "(no agent)")
     refused = wanted is not None and given != wanted
     reason = (f"refused: this OpenProse session's agent '{agent}' runs on model {wanted}: "

@@ -18,14 +18,6 @@ START = "Start a session subagent with this token; its first call is get_brief(t
 #: What the host does with a pending judgment (guided runs), in its structured result too.
 JUDGE = ("Decide it from the bindings listed (read_binding(token, name) reads one whole), then "
          "submit_verdict(token, value, reason).")
-
-
-def start_line(model: str | None) -> str:
-    """The handle's line for a session on ``model`` (a subagent model alias, or none)."""
-    if model is None:
-        return START
-    return (f"Start a session subagent on model {model} (the Agent tool's model: {model}) with "
-            "this token; its first call is get_brief(token).")
 READ = "read_binding(token, name, offset, limit)"
 _MEMORY = ("You are a persistent agent: read_memory(token) first; before you finish, "
            "write_memory(token, memory) with your updated memory, compacted to what later "
@@ -36,6 +28,14 @@ _FINISH = ("Finish with write_binding(token, value=<your complete result>, summa
            "line>), then reply with that summary line only; if you cannot do the task, call "
            "fail_session(token, error=<why>) instead.")
 HOST_TOOLS = Tools(f"read what you need with {READ}", _MEMORY, _FINISH)
+
+
+def start_line(model: str | None) -> str:
+    """The handle's line for a session on ``model`` (a subagent model alias, or none)."""
+    if model is None:
+        return START
+    return (f"Start a session subagent on model {model} (the Agent tool's model: {model}) with "
+            "this token; its first call is get_brief(token).")
 
 
 def brief_reply(brief: Brief, token: str, tools: Tools) -> CallToolResult:

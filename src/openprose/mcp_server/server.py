@@ -6,9 +6,9 @@ holds the run and enforces the contract.
 
 Tools come in groups, one module each, every one registered as ``register(mcp, ctx)`` with
 the :class:`~openprose.mcp_server.context.ServerContext`: :mod:`tools_runs` (start, status,
-resume, complete), :mod:`tools_sessions` (spawn, write/read bindings, memory) and
+resume, complete), :mod:`tools_sessions` (spawn, write/read bindings, memory, fail) and
 :mod:`tools_state` (statuses, frames, verdicts), and :mod:`tools_engine` (guided and delegated
-runs: next_step, submit_verdict, fail_session, run_program, get_run, cancel_run, list_runs,
+runs: next_step, submit_verdict, run_program, get_run, cancel_run, list_runs,
 compile_program). Resources, resource updates, the watcher of
 outside writes and the prompts are added here too.
 """

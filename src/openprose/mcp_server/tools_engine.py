@@ -2,8 +2,8 @@
 
 Guided runs (``start_run(mode="guided")``): the interpreter runs here on a
 :class:`~openprose.mcp_server.guided.HostProvider`; the host takes pending items with
-``next_step``, completes sessions with ``write_binding`` (their ``gs_`` tokens are routed here),
-judgments with ``submit_verdict`` and failures with ``fail_session``.
+``next_step``, completes sessions with ``write_binding`` and fails them with ``fail_session``
+(their ``gs_`` tokens are routed here), and answers judgments with ``submit_verdict``.
 
 Delegated runs (``run_program``): the whole program runs here on a provider the server has
 (``anthropic``, ``sampling`` through the client's model, or ``scripted`` from a file), with
