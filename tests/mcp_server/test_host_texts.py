@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from openprose.mcp_server.runs import DRIVER_KEY
 from openprose.mcp_server.server import create_server
+from openprose.state import open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -118,3 +120,19 @@ async def test_a_session_fails_by_its_own_token_and_the_program_retries(
         else:
             done = check(await c.call_tool("next_step", {"vm_token": vm, "wait_s": 30}))
         assert done["status"] == "completed", done
+
+
+async def test_a_run_stored_as_a_host_run_resumes_as_embodied(tmp_path: Path) -> None:
+    """Runs started before the one mode name recorded ``host``: a new server reads it as
+    ``embodied``, the name every tool uses."""
+    (tmp_path / "retried.prose").write_text(RETRIED)
+    async with Client(create_server(tmp_path, home=tmp_path / "home", watch=False)) as c:
+        started = check(await c.call_tool("start_run", {"program": "retried.prose"}))
+    with open_store(tmp_path, "filesystem") as store:
+        run = store.open_run(started["run_id"])
+        driver = run.journal(DRIVER_KEY)
+        assert driver is not None and driver.meta["mode"] == "embodied"
+        run.record_result(DRIVER_KEY, status="driver", meta={**driver.meta, "mode": "host"})
+    async with Client(create_server(tmp_path, home=tmp_path / "home", watch=False)) as c:
+        resumed = check(await c.call_tool("resume_run", {"run_id": started["run_id"]}))
+    assert resumed["mode"] == "embodied" and resumed["outline"], resumed
