@@ -3,7 +3,8 @@ the OpenProse session's permissions to a call its subagent makes (and records it
 
 Claude Code runs it before every tool call (the matcher is ``*``: a session may be offered
 any tool, and one we cannot check must be refused, not skipped). The main agent's calls are
-never ours to decide, so they return at once without starting ``prose``.
+never ours to decide, so they return at once without starting ``prose``, except a launch of a
+subagent (``Agent``), whose model ``prose hook`` checks against the session's agent.
 
 Standard library only, like bin/prose_mcp.py, whose search for the installed ``prose`` it
 uses. Without a ``prose`` no OpenProse run can be under way here, so nothing is decided.
@@ -28,7 +29,7 @@ TIMEOUT = 45
 
 def main() -> int:
     event = sys.stdin.buffer.read()
-    if not _subagent(event):
+    if not _subagent(event) and not _launch(event):
         return 0
     prose = find_prose()
     if prose is None:
@@ -63,6 +64,15 @@ def _subagent(event: bytes) -> bool:
         return bool(json.loads(event).get("agent_id"))
     except (ValueError, AttributeError):
         return True
+
+
+def _launch(event: bytes) -> bool:
+    """Whether the main agent is starting a subagent (``Agent``), which may be an OpenProse
+    session's: ``prose hook`` checks it runs on the model the session's agent names."""
+    try:
+        return json.loads(event).get("tool_name") == "Agent"
+    except (ValueError, AttributeError):
+        return False
 
 
 def _refuse(event: bytes, why: str) -> int:

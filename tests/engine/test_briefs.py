@@ -7,7 +7,7 @@ from __future__ import annotations
 from openprose.engine import ContextItem, SessionRequest
 from openprose.engine.anthropic_provider import SESSION_TOOLS as ANTHROPIC
 from openprose.engine.briefs import brief_of, full_text, system_text, task_text
-from openprose.mcp_server.briefing import EMBODIED_TOOLS, GUIDED_TOOLS
+from openprose.mcp_server.briefing import HOST_TOOLS
 from openprose.mcp_server.sampling import SESSION_TOOLS as SAMPLING
 
 RETRIED = SessionRequest(
@@ -20,7 +20,7 @@ RETRIED = SessionRequest(
 def test_every_mode_tells_the_same_role_task_and_attempt() -> None:
     brief = brief_of(RETRIED, run="r1")
     assert brief.failures[0] == "timeout after 30 s" and len(brief.failures[1]) < 320
-    for tools in (ANTHROPIC, SAMPLING, GUIDED_TOOLS, EMBODIED_TOOLS):
+    for tools in (ANTHROPIC, SAMPLING, HOST_TOOLS):
         system, task = system_text(brief, tools), task_text(brief, tools)
         assert "You fetch pages carefully." in system and "agent 'fetcher'" in system
         assert "This is attempt 3" in system and "attempt 1: timeout after 30 s" in system
@@ -31,4 +31,4 @@ def test_every_mode_tells_the_same_role_task_and_attempt() -> None:
 
 def test_a_first_attempt_says_nothing_of_attempts() -> None:
     first = brief_of(SessionRequest(key="s", prompt="Go"))
-    assert "attempt" not in full_text(first, GUIDED_TOOLS).lower()
+    assert "attempt" not in full_text(first, HOST_TOOLS).lower()

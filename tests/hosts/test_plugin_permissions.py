@@ -118,7 +118,8 @@ def test_the_hook_refuses_what_the_sessions_agent_may_not_do(tmp_path):
     got = [(r.meta["tool"].removeprefix(TOOL_PREFIX), Path(r.meta["subject"]).name
             if r.meta["tool"] not in ("Bash", "Grep") else r.meta["tool"].lower(),
             r.meta["allowed"], r.meta["rule"]) for r in records]
-    assert got == [
+    assert got == [  # the launch (on the host's model: the agent names none), then its calls
+        ("Agent", "(the host's default model)", True, "no model named"),
         ("Read", "app.py", True, "read: [src/**, docs/**]"),
         ("Write", "evil.py", False, "write: [docs/**]"),
         ("Edit", "app.py", False, "write: [docs/**]"),
@@ -130,7 +131,7 @@ def test_the_hook_refuses_what_the_sessions_agent_may_not_do(tmp_path):
                for r in records)
     shown = subprocess.run([str(PROSE), "show", run_id, "--project", str(project)],
                            capture_output=True, text=True, timeout=60).stdout
-    assert "tool calls (7, 4 refused)" in shown and "line 8: let review = session: reviewer" \
+    assert "tool calls (8, 4 refused)" in shown and "line 8: let review = session: reviewer" \
         in shown
 
 
@@ -295,3 +296,41 @@ def test_the_plugin_hands_every_tool_call_to_the_hook():
     hooks = json.loads((PLUGIN_DIR / "hooks" / "hooks.json").read_text(encoding="utf-8"))
     [entry] = hooks["hooks"]["PreToolUse"]
     assert entry["matcher"] == "*"
+
+
+def test_the_hook_launches_a_session_on_its_programs_model(tmp_path):
+    """The main agent's Agent call whose prompt holds a session token: refused, naming the
+    model, when the session's agent names one and the call gives another or none; let
+    through (and recorded with the model it runs on) otherwise."""
+    from openprose.engine.host_hook import decide
+
+    project = tmp_path / "p"
+    project.mkdir()
+    with open_store(project, "filesystem") as store:
+        run = store.create_run(PROGRAM, "review.prose")
+        grants = run.start_sessions([
+            SessionStart("1", "h", BindingRef("review"), "let", "s", work=grant_fields(
+                "reviewer", None, "k1", 7, "claude-opus-5-5")),
+            SessionStart("2", "h", BindingRef("other"), "let", "s",
+                         work=grant_fields(None, None, "k2", 9))])
+    opus, free = (grant.token for grant in grants)
+
+    def launch(token, **model):
+        answer = decide({"cwd": str(project), "tool_name": "Agent", "tool_input": {
+            "description": "session", "subagent_type": "openprose:session",
+            "prompt": f'OpenProse session: call get_brief(token="{token}")', **model}})
+        return answer and answer["hookSpecificOutput"]["permissionDecisionReason"]
+
+    assert "agent 'reviewer' runs on model opus" in launch(opus)
+    assert 'model: "opus" (not \'sonnet\')' in launch(opus, model="sonnet")
+    assert 'model: "opus"' in launch(opus, model="haiku")
+    assert launch(opus, model="opus") is None
+    assert launch(free) is None and launch(free, model="haiku") is None
+    assert decide({"cwd": str(project), "tool_name": "Agent",
+                   "tool_input": {"prompt": "no session here"}}) is None
+    with open_store(project, "filesystem") as store:
+        records = store.open_run(run.id).tool_calls()
+    assert [(r.key, r.status, r.meta.get("model")) for r in records] == [
+        ("k1", "refused", None), ("k1", "refused", None), ("k1", "refused", None),
+        ("k1", "allowed", "opus"), ("k2", "allowed", "(the host's default model)"),
+        ("k2", "allowed", "haiku")]

@@ -194,7 +194,8 @@ class GuidedHost:
 
     async def _session(self, item: dict[str, Any], engine_item: SessionItem) -> None:
         request = engine_item.request
-        assert set(item) <= {"kind", "token", "binding", "agent", "attempt", "start"}
+        assert set(item) <= {"kind", "token", "binding", "agent", "model", "attempt",
+                             "start"}
         brief = await self.call("get_brief", token=item["token"])  # the subagent's first call
         assert brief["task"] == request.prompt.strip() and brief["attempt"] == request.attempt
         assert [c["name"] for c in brief.get("context", [])] == [c.name for c in request.context]

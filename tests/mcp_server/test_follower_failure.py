@@ -69,7 +69,7 @@ async def test_complete_run_names_what_the_program_still_expects(tmp_path: Path)
         assert "the program has not finished; next: spawn_session 0" in refused
         token = (await h.call("spawn_session", vm_token=vm, statement="0"))["session_token"]
         refused = await h.refused("complete_run", vm_token=vm)
-        assert "next: write_binding by the pending session(s) of 0" in refused
+        assert "next: write_binding of 'draft' by its pending session (statement 0)" in refused
         await h.call("write_binding", token=token, value="a note")
         refused = await h.refused("complete_run", vm_token=vm)
         assert "next: spawn_session 1" in refused

@@ -8,12 +8,16 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client
 
 from openprose import prompts
+from openprose.engine.briefs import HOST_MODELS
+from openprose.language.validator import MODELS
 from openprose.mcp_server import server as server_module
+from openprose.mcp_server.briefing import HOST_TOOLS
 from openprose.mcp_server.server import create_server
 
 pytestmark = pytest.mark.anyio
@@ -25,6 +29,24 @@ CALL = re.compile(r"\b([a-z_]+)\(([^()]*)\)")
 # "call `start_run` with program `q.prose` and state `sqlite`": arguments named in words
 ARTICLES = frozenset({"the", "a", "an", "its", "their", "your"})
 WITH = re.compile(r"`([a-z_]+)` with ((?:[a-z_]+ `[^`]*`(?:,? and |, )?)+)")
+#: ``name="value"`` in a spelled-out call.
+VALUE = re.compile(r"\b([a-z_]+)=\"([^\"]*)\"")
+#: A mode a text names: ``mode="guided"``, ``mode: "embodied"``.
+MODE = re.compile(r"\bmode(?:=|: )\"([a-z-]+)\"")
+#: First words of the server's tool names: a call ``verb_thing(...)`` in a text is a tool.
+TOOL_VERBS = frozenset({"start", "get", "run", "resume", "complete", "spawn", "write", "read",
+                        "fail", "update", "push", "pop", "record", "next", "submit", "cancel",
+                        "list", "compile"})
+#: What Claude Code 2.1.328 offers a subagent besides MCP tools (PLATFORM.md).
+CLAUDE_CODE_TOOLS = frozenset({"Read", "Write", "Edit", "Bash", "WebFetch", "WebSearch",
+                               "NotebookEdit"})
+#: Claims the server no longer keeps: the server follows loop rounds itself; one reply.
+STALE = ("status `iteration`", "a loop's iteration n", "confirmation only",
+         "RecursionLimitExceeded: block", "(no mode)", "'guided' (the default", "(default)")
+DEEP = """block inner(x) (max_depth: 1):
+  do inner(x)
+do inner("a")
+"""
 
 
 def literals(path: Path) -> list[str]:
@@ -63,7 +85,8 @@ def named_arguments(arguments: str) -> list[str]:
     return names
 
 
-async def test_every_call_a_text_spells_out_matches_the_tools_schema(tmp_path: Path) -> None:
+async def model_texts(tmp_path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """The server's tools, and every text a model reads (the source literals aside)."""
     (tmp_path / "q.prose").write_text('input topic: "a topic"\nsession "About {topic}"\n')
     async with Client(create_server(tmp_path, watch=False)) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -79,6 +102,11 @@ async def test_every_call_a_text_spells_out_matches_the_tools_schema(tmp_path: P
     texts |= {f"prompts/{p.name}": prompts.load(p.stem)
               for p in (REPO / "src" / "openprose" / "prompts").glob("*.md")}
     texts |= {str(p.relative_to(REPO)): p.read_text(encoding="utf-8") for p in SKILL_TEXTS}
+    return tools, texts
+
+
+async def test_every_call_a_text_spells_out_matches_the_tools_schema(tmp_path: Path) -> None:
+    tools, texts = await model_texts(tmp_path)
     for path in SOURCES:
         texts |= {f"{path.name}: {text[:40]!r}": text for text in literals(path)}
 
@@ -92,8 +120,72 @@ async def test_every_call_a_text_spells_out_matches_the_tools_schema(tmp_path: P
             known = set(tools[tool].input_schema.get("properties", {}))
             checked += 1
             wrong += [f"{where}: {tool} names '{name}'" for name in names if name not in known]
+        for tool, arguments in CALL.findall(text):  # a value given is one the schema takes
+            properties = tools[tool].input_schema.get("properties", {}) if tool in tools else {}
+            for name, value in VALUE.findall(arguments):
+                allowed = properties.get(name, {}).get("enum")
+                if allowed is not None and value not in allowed:
+                    wrong.append(f"{where}: {tool}({name}={value!r}) not in {allowed}")
     assert wrong == []
     assert checked >= 20  # the texts do spell calls out
+
+
+async def test_every_claim_of_the_model_facing_texts_holds_in_the_server(tmp_path: Path) -> None:
+    """What the texts claim about tools, modes, arguments and messages, each checked against
+    the server: a tool a text calls exists; a mode it names is one start_run or
+    get_instructions takes; the session agent's tools are Claude Code's and ours; a session
+    subagent is told one way to reply; every host that launches sessions is told to wait for
+    them, to pass the session's model, and what to do without subagents; a refusal a spec
+    quotes is the server's."""
+    tools, texts = await model_texts(tmp_path)
+    wrong = []
+    modes = {*tools["start_run"].input_schema["properties"]["mode"]["enum"],
+             *tools["get_instructions"].input_schema["properties"]["mode"]["enum"]}
+    assert set(tools["start_run"].input_schema["properties"]["mode"]["enum"]) == \
+        {"embodied", "guided"}
+    for where, text in texts.items():
+        wrong += [f"{where}: no tool {name}" for name, _ in CALL.findall(text)
+                  if name.split("_")[0] in TOOL_VERBS and "_" in name and name not in tools]
+        wrong += [f"{where}: no mode {mode!r}" for mode in MODE.findall(text)
+                  if mode not in modes]
+        for stale in STALE if "in-context" not in where else ():  # no server there
+            if stale in text:
+                wrong.append(f"{where}: says {stale!r}")
+    agent = (REPO / "skill" / "agents" / "session.md").read_text(encoding="utf-8")
+    listed = re.search(r"^tools: (.*)$", agent, re.M)
+    assert listed is not None
+    for name in (n.strip() for n in listed.group(1).split(",")):
+        ours = name.removeprefix("mcp__plugin_openprose_openprose__")
+        if ours != name:
+            wrong += [] if ours in tools else [f"session.md: no tool {ours}"]
+        elif name not in CLAUDE_CODE_TOOLS:
+            wrong.append(f"session.md: Claude Code has no tool {name}")
+    reply = "reply with that summary line only"
+    assert reply in agent and reply in HOST_TOOLS.finish
+    for where in ("skill/skills/open-prose/SKILL.md", "prompts/run-guided.md",
+                  "prompts/run-tools.md"):
+        text = " ".join(texts[where].split())
+        for claim in ("run_in_background: false", "`model`", "Without subagents",
+                      "Claude Desktop", "fail_session"):
+            if claim.lower() not in text.lower():
+                wrong.append(f"{where}: does not say {claim!r}")
+    assert set(HOST_MODELS) == MODELS  # the models a handle names are the program's
+    assert wrong == []
+    # The recursion limit, as the embodied spec quotes it, is the server's refusal.
+    quoted = re.search(r"`(the program failed: block 'NAME' exceeded max_depth N)`",
+                       " ".join(texts["prompts/run-tools.md"].split()))
+    assert quoted is not None
+    (tmp_path / "deep.prose").write_text(DEEP)
+    async with Client(create_server(tmp_path, watch=False)) as client:
+        vm = (await client.call_tool("start_run", {"program": "deep.prose"})
+              ).structured_content["vm_token"]
+        frame = await client.call_tool("push_frame", {"vm_token": vm, "block": "inner",
+                                                      "args": {"x": "a"}, "statement": "1"})
+        deeper = await client.call_tool("push_frame", {
+            "vm_token": vm, "block": "inner", "args": {"x": "a"},
+            "parent": frame.structured_content["execution_id"]})
+    said = quoted.group(1).replace("NAME", "inner").replace("N", "1")
+    assert deeper.is_error and said in deeper.content[0].text, deeper.content[0].text
 
 
 async def test_a_model_reaches_every_run_modes_spec(tmp_path: Path) -> None:

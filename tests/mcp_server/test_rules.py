@@ -185,8 +185,8 @@ async def test_write_binding_rules_for_sessions(root: Path) -> None:
                           "[statement 5, line 12]", vm_token=run.vm, statement="5",
                           status="complete")
         await run.refused("complete_run", "the session for 'first' has not written",
-                          "the program has not finished; next: write_binding by the pending "
-                          "session(s) of 5", vm_token=run.vm)
+                          "the program has not finished; next: write_binding of 'first' by "
+                          "its pending session (statement 5)", vm_token=run.vm)
         first = await run.call("write_binding", token=token, value="tunnels", summary="s")
         assert "tunnels" not in str({k: v for k, v in first.items()})
         again = await run.call("write_binding", token=token, value="tunnels", summary="s")
@@ -335,6 +335,8 @@ async def test_nested_frame_rules(root: Path) -> None:
         text = await h.refused("complete_run", vm_token=vm)
         assert "the program failed: block 'inner' exceeded max_depth 2" in text
         assert "complete_run with status 'failed'" in text
+        # only the innermost frame can be popped: the hint names it alone
+        assert f"pop_frame {inner}" in text and f"pop_frame {outer}" not in text, text
 
 
 async def test_verdict_rules(root: Path) -> None:
@@ -502,7 +504,7 @@ async def test_the_mode_a_run_was_started_in_is_kept(root: Path) -> None:
         text = await run.h.refused("next_step", vm_token=run.vm)
         assert "next_step steps guided runs" in text
         taken = await run.call("resume_run", run_id=engine_run, take_over=True)
-        assert taken["mode"] == "host"
+        assert taken["mode"] == "embodied"
         await run.call("write_binding", token=taken["vm_token"], name="topic", value="pits")
         guided = await run.call("start_run", program="dig.prose", inputs={"topic": "x"},
                                 mode="guided")

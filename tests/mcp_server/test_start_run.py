@@ -81,7 +81,7 @@ async def test_start_run_refuses_bad_programs_and_inputs_without_creating_a_run(
         text = await h.refused("start_run", program="missing.prose")
         assert "does not exist" in text
         text = await h.refused("start_run", program="study.prose", mode="autopilot")
-        assert "unknown mode 'autopilot'" in text
+        assert "'embodied' or 'guided'" in text
         started = await h.call("start_run", program="study.prose")
         assert started["missing_inputs"] == ["topic"]
     runs = list((root / ".prose" / "runs").iterdir())

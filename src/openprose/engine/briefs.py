@@ -19,6 +19,17 @@ from openprose.engine.provider import SessionRequest
 
 #: Characters of one earlier failure a retried session is told.
 FAILURE_CHARS = 300
+#: The models a host's subagent can be started on (Claude Code's ``Agent`` tool, ``model``):
+#: the program's aliases.
+HOST_MODELS = ("sonnet", "opus", "haiku")
+
+
+def host_model(model: str | None) -> str | None:
+    """The subagent model a session's ``model`` asks for: its alias, or the alias of a full
+    model id (``claude-opus-5-5`` is ``opus``); ``None`` when it names none of them."""
+    if not model:
+        return None
+    return next((alias for alias in HOST_MODELS if alias in model.lower()), None)
 
 
 @dataclass(frozen=True, slots=True)

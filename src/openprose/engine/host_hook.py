@@ -66,6 +66,8 @@ PATH_TOOLS = {"Read": ("file_path", False), "Write": ("file_path", True),
 #: contents, no path).
 SEARCH_TOOLS = {"Glob": "pattern", "Grep": "glob", "LS": ""}
 WEB_TOOLS = ("WebFetch", "WebSearch")
+#: Claude Code's tool that starts a subagent (its ``model`` picks the subagent's model).
+LAUNCH = "Agent"
 #: Tools that reach nothing outside the conversation (a to-do list, loading tool schemas).
 INERT_TOOLS = ("TodoWrite", "ToolSearch")
 #: Characters that end a glob's fixed prefix.
@@ -109,7 +111,9 @@ def decide(payload: dict[str, Any],
     leave the call to the host. ``backends``: where a project's runs may be kept."""
     started = time.monotonic()
     if not payload.get("agent_id"):
-        return None  # the main agent's calls are the host's and its user's to decide
+        if payload.get("tool_name") == LAUNCH:
+            return launch(payload, backends)
+        return None  # the main agent's other calls are the host's and its user's to decide
     cwd = Path(os.path.realpath(str(payload.get("cwd") or os.getcwd())))
     tokens = session_tokens(payload)
     if tokens is None:
@@ -154,6 +158,40 @@ def check(gate: Gate, call: HostCall) -> tuple[Decision, str | None]:
     if ours is not None:
         return _server(gate, call, ours.group(1))
     return CHECKS.get(call.tool, _unknown)(gate, call)
+
+
+def launch(payload: dict[str, Any],
+           backends: Callable[[Path], Sequence[str]] = local_backends) -> dict[str, Any] | None:
+    """The main agent starting a subagent (``Agent``) whose prompt holds an OpenProse
+    session token: refused when its ``model`` is not the one the session's program names
+    (or is missing), naming the model to use; otherwise recorded in the run's journal with
+    the model the session runs on."""
+    from openprose.engine.briefs import host_model
+    from openprose.engine.work_tools import ToolRecord  # heavy: only for a session's launch
+
+    args = payload.get("tool_input")
+    found = TOKEN.search(str(args.get("prompt") or "")) if isinstance(args, dict) else None
+    if found is None:
+        return None
+    cwd = Path(os.path.realpath(str(payload.get("cwd") or os.getcwd())))
+    held = _grant(_projects(cwd) or [cwd], found.group(0), backends)
+    if held is None:
+        return None
+    _, store, run_id, grant = held
+    work = grant.get("work") or {}
+    wanted, given = host_model(work.get("model")), args.get("model")
+    agent = str(work.get("agent") or "(no agent)")
+    refused = wanted is not None and given != wanted
+    reason = (f"refused: this OpenProse session's agent '{agent}' runs on model {wanted}: "
+              f"start it with the Agent tool's model: \"{wanted}\""
+              + (f" (not {given!r})" if given else "")) if refused else ""
+    record = ToolRecord(LAUNCH, str(given or "(the host's default model)"), not refused,
+                        f"model: {wanted}" if wanted else "no model named", agent)
+    try:
+        store.backend.append_journal(run_id, _launched(work, grant, record), durable=True)
+    finally:
+        store.close()
+    return answer("deny", reason) if refused else None
 
 
 def answer(verdict: str, reason: str) -> dict[str, Any]:
@@ -364,6 +402,18 @@ def _sync(awaitable: Any) -> Decision:
     import asyncio
 
     return asyncio.run(awaitable)
+
+
+def _launched(work: dict[str, Any], grant: dict[str, Any], record: Any) -> Any:
+    from openprose.state.models import JournalEntry
+
+    meta = {**record.to_meta(), "host": "claude-code", "at": time.time()}
+    if record.allowed:
+        meta["model"] = record.subject  # the model the session really runs on
+    if work.get("line"):
+        meta["line"] = work["line"]
+    return JournalEntry(str(work.get("key") or grant.get("name")), "tool",
+                        status="allowed" if record.allowed else "refused", meta=meta)
 
 
 def _entry(key: str, tool: str, decision: Decision, gate: Gate, started: float) -> Any:

@@ -414,7 +414,7 @@ class Interpreter(NodeVisitor):
         spec = SessionSpec(ctx.path, digest, name, kind, ctx.execution_id, self.source_of(node),
                            node.span.line, refs, node.agent if persist else None, persist,
                            tuple(items), grant_fields(node.agent, permissions, ctx.path,
-                                                      node.span.line))
+                                                      node.span.line, merged.model))
         self.emit("session_opening", ctx.path, node)
         try:
             handle = await self.open_session(spec)

@@ -579,12 +579,15 @@ def permissions_for(session: Any, agent: Any, value: Callable[[Any], Any]
 
 
 def grant_fields(agent: str | None, permissions: Permissions | None, key: str,
-                 line: int = 0) -> dict[str, Any]:
-    """What a session's grant records of its permissions (and its journal key and program
-    line), so a host's hook can look them up from the session token alone
+                 line: int = 0, model: str | None = None) -> dict[str, Any]:
+    """What a session's grant records of its permissions (and its journal key, program
+    line and model), so a host's hook can look them up from the session token alone
     (:mod:`openprose.engine.host_hook`)."""
-    return {"agent": agent or "(no agent)", "key": key, "line": line,
-            "permissions": (permissions or Permissions()).to_dict()}
+    fields = {"agent": agent or "(no agent)", "key": key, "line": line,
+              "permissions": (permissions or Permissions()).to_dict()}
+    if model:
+        fields["model"] = model
+    return fields
 
 
 def from_grant(fields: Mapping[str, Any]) -> Permissions:

@@ -15,16 +15,27 @@ from openprose.mcp_server.results import BriefContext, BriefResult, reply
 
 #: The one line a handle carries: what the VM does with it.
 START = "Start a session subagent with this token; its first call is get_brief(token)."
+#: What the host does with a pending judgment (guided runs), in its structured result too.
+JUDGE = ("Decide it from the bindings listed (read_binding(token, name) reads one whole), then "
+         "submit_verdict(token, value, reason).")
 READ = "read_binding(token, name, offset, limit)"
 _MEMORY = ("You are a persistent agent: read_memory(token) first; before you finish, "
            "write_memory(token, memory) with your updated memory, compacted to what later "
            "sessions need.")
+#: How a host's session subagent finishes, in every mode (the same words as
+#: ``skill/agents/session.md``).
 _FINISH = ("Finish with write_binding(token, value=<your complete result>, summary=<one "
-           "line>) and reply with its confirmation only")
-GUIDED_TOOLS = Tools(f"read what you need with {READ}", _MEMORY,
-                     _FINISH + "; if you cannot do the task, call fail_session(token, "
-                     "error=<why>) instead.")
-EMBODIED_TOOLS = Tools(f"read what you need with {READ}", _MEMORY, _FINISH + ".")
+           "line>), then reply with that summary line only; if you cannot do the task, call "
+           "fail_session(token, error=<why>) instead.")
+HOST_TOOLS = Tools(f"read what you need with {READ}", _MEMORY, _FINISH)
+
+
+def start_line(model: str | None) -> str:
+    """The handle's line for a session on ``model`` (a subagent model alias, or none)."""
+    if model is None:
+        return START
+    return (f"Start a session subagent on model {model} (the Agent tool's model: {model}) with "
+            "this token; its first call is get_brief(token).")
 
 
 def brief_reply(brief: Brief, token: str, tools: Tools) -> CallToolResult:

@@ -46,6 +46,9 @@ class SessionRoute(Protocol):
     async def read(self, token: str, name: str, offset: int, limit: int) -> Any:
         """read_binding: returns the tool's result."""
 
+    async def fail(self, token: str, error: str, retryable: bool) -> Any:
+        """fail_session: returns the tool's result."""
+
     async def read_memory(self, token: str) -> str | None: ...
 
     async def write_memory(self, token: str, text: str) -> None: ...

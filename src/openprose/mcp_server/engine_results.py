@@ -30,6 +30,7 @@ class PendingItem(BaseModel):
     token: str
     binding: str | None = None
     agent: str | None = None
+    model: str | None = None
     attempt: int | None = None
     start: str | None = None
     condition: str | None = None
@@ -41,8 +42,10 @@ class PendingItem(BaseModel):
     def text(self) -> str:
         if self.kind == "session":
             agent = f", agent {self.agent}" if self.agent else ""
+            model = f", model {self.model}" if self.model else ""
             attempt = f", attempt {self.attempt}" if self.attempt else ""
-            return f"## session -> {self.binding}{agent}{attempt}: token {self.token}\n{self.start}"
+            return (f"## session -> {self.binding}{agent}{model}{attempt}: token {self.token}\n"
+                    f"{self.start}")
         lines = [f"## judgment {self.token}: {self.condition}"]
         if self.options:
             lines.append("options: " + " | ".join(self.options))
@@ -51,12 +54,12 @@ class PendingItem(BaseModel):
         if self.program:
             lines.append(f"in the program ('>' marks the line):\n{self.program}")
         if self.context:
-            lines.append("in scope (read_binding(token, name) reads one whole):")
+            lines.append("in scope:")
         for item in self.context or ():
             kind = f"{item.kind}, " if item.kind else ""
             preview = f": {item.preview}" if item.preview else ""
             lines.append(f"- {item.name} ({kind}{item.chars} chars){preview}")
-        lines.append(f'Answer with submit_verdict(token="{self.token}", value, reason).')
+        lines.append(f"{self.start}")
         return "\n".join(lines)
 
 

@@ -393,19 +393,20 @@ class Follower:
         for name, future in self.asked.items():
             if not future.done():
                 parts.append(f"write_binding of input '{name}'")
-        claimed = [i for i in self.sessions() if i.token in self.claimed]
-        if claimed:
-            parts.append("write_binding by the pending session(s) of " + ", ".join(
-                statement_of(i.key) for i in claimed))
+        for item in self.sessions():
+            if item.token in self.claimed:
+                parts.append(f"write_binding of '{item.request.binding or '(anonymous)'}' by "
+                             f"its pending session (statement {statement_of(item.key)})")
         if self.outcome == "completed":
             parts.append("complete_run (the program has finished)")
         elif self.outcome == "failed":
             parts.append(f"complete_run with status 'failed' (the program failed: "
                          f"{self.error}), or resume_run(run_id, take_over=true) to follow it "
                          "again from the journal")
-        for call in self.calls.values():
-            if call.popped and call.host is not None and not call.closed:
-                parts.append(f"pop_frame {call.host}")
+        popped = [call for call in self.calls.values()
+                  if call.popped and call.host is not None and not call.closed]
+        if popped:  # only the innermost frame can be popped; the others follow it
+            parts.append(f"pop_frame {max(call.host for call in popped)}")
         return "; ".join(parts) or "nothing yet (a pending session has not finished)"
 
     def refuse(self, statement: Statement, detail: str) -> Refusal:

@@ -94,6 +94,7 @@ class SpawnResult(BaseModel):
     binding: str
     execution_id: int | None = None
     agent: str | None = None
+    model: str | None = None
     start: str
 
 

@@ -67,7 +67,9 @@ VM_PREFIX = "vm."
 #: fixed, an input's is the caller's (given to start_run or resume_run, or the user's answer).
 WRITTEN_ONCE = {"const": "a const is written once",
                 "input": "an input is bound once, to the value its caller gave"}
-HOST, GUIDED, ENGINE = "host", "guided", "engine"
+#: The run modes as tools name them (``embodied``: the host is the VM; stored runs from before
+#: the one name say ``host``, read as ``embodied``).
+HOST, GUIDED, ENGINE = "embodied", "guided", "engine"
 
 
 def digest(text: str) -> str:
@@ -286,6 +288,7 @@ class DrivenRun:
         outline = analyze(result.program, run.program_source)
         driver = run.journal(DRIVER_KEY)
         mode = driver.meta.get("mode", HOST) if driver is not None else ENGINE
+        mode = HOST if mode == "host" else mode
         vm_hash = driver.meta.get("vm") if driver is not None else None
         driven = cls(run, outline, file, mode, vm_hash)
         if driver is not None and driver.meta.get("taken_over_by"):

@@ -6,9 +6,9 @@ holds the run and enforces the contract.
 
 Tools come in groups, one module each, every one registered as ``register(mcp, ctx)`` with
 the :class:`~openprose.mcp_server.context.ServerContext`: :mod:`tools_runs` (start, status,
-resume, complete), :mod:`tools_sessions` (spawn, write/read bindings, memory) and
+resume, complete), :mod:`tools_sessions` (spawn, write/read bindings, memory, fail) and
 :mod:`tools_state` (statuses, frames, verdicts), and :mod:`tools_engine` (guided and delegated
-runs: next_step, submit_verdict, fail_session, run_program, get_run, cancel_run, list_runs,
+runs: next_step, submit_verdict, run_program, get_run, cancel_run, list_runs,
 compile_program). Resources, resource updates, the watcher of
 outside writes and the prompts are added here too.
 """
@@ -46,8 +46,8 @@ from openprose.state import MAX_VALUE_BYTES
 
 INSTRUCTIONS = (
     "OpenProse runs programs of AI sessions. Before you run one, call get_instructions with "
-    "the run mode and follow what it returns: 'guided' (the default: the server runs the "
-    "control flow, you hand its sessions to subagents), 'embodied' (you are the program's VM "
+    "the run mode and follow what it returns: 'guided' (the usual choice: the server runs "
+    "the control flow, you hand its sessions to subagents), 'embodied' (you are the program's VM "
     "and step it with these tools; the server follows the program and refuses steps it does "
     "not allow) or 'in-context' (a tiny program kept in the conversation).")
 

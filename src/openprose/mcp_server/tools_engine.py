@@ -2,8 +2,8 @@
 
 Guided runs (``start_run(mode="guided")``): the interpreter runs here on a
 :class:`~openprose.mcp_server.guided.HostProvider`; the host takes pending items with
-``next_step``, completes sessions with ``write_binding`` (their ``gs_`` tokens are routed here),
-judgments with ``submit_verdict`` and failures with ``fail_session``.
+``next_step``, completes sessions with ``write_binding`` and fails them with ``fail_session``
+(their ``gs_`` tokens are routed here), and answers judgments with ``submit_verdict``.
 
 Delegated runs (``run_program``): the whole program runs here on a provider the server has
 (``anthropic``, ``sampling`` through the client's model, or ``scripted`` from a file), with
@@ -28,12 +28,13 @@ from pydantic import BaseModel, Field, create_model
 
 from openprose.engine import EngineError, Provider, ProviderUnavailable
 from openprose.engine import inputs as input_rules
+from openprose.engine.briefs import host_model
 from openprose.engine.events import Event
 from openprose.engine.permissions import Consent
 from openprose.engine.runner import make_provider, record_given, run_inputs
 from openprose.language import nodes as n
 from openprose.language.analysis import Analysis, analyze
-from openprose.mcp_server.briefing import GUIDED_TOOLS, START, brief_reply
+from openprose.mcp_server.briefing import HOST_TOOLS, JUDGE, brief_reply, start_line
 from openprose.mcp_server.consent import elicit_consent
 from openprose.mcp_server.context import ServerContext
 from openprose.mcp_server.engine_results import (
@@ -214,7 +215,7 @@ class GuidedRoute:
             item = host.session_item(token)
         except ItemRefused as err:
             raise Refusal("a session's brief is read with its live token", str(err)) from None
-        return brief_reply(item.brief, token, GUIDED_TOOLS)
+        return brief_reply(item.brief, token, HOST_TOOLS)
 
     def binding(self, token: str) -> str | None:
         _, host = self.modes.item_owner(token)
@@ -253,6 +254,14 @@ class GuidedRoute:
         except StateError as err:
             raise ToolError(f"read_binding: {err}") from None
         return _read_result(name, value, offset, limit)
+
+    async def fail(self, token: str, error: str, retryable: bool) -> CallToolResult:
+        _, host = self.modes.item_owner(token)
+        try:
+            next_move = await host.fail_session(token, error, retryable)
+        except ItemRefused as err:
+            raise Refusal("a pending session is failed once, with its token", str(err)) from None
+        return compact(FailAck(token=token, next=next_move), next_move)
 
     async def read_memory(self, token: str) -> str | None:
         _, host = self.modes.item_owner(token)
@@ -382,8 +391,9 @@ def _item(item: Item) -> PendingItem:
         request = item.request
         return PendingItem(kind="session", token=item.token,
                            binding=request.binding or "(anonymous)", agent=request.agent,
+                           model=(model := host_model(request.model)),
                            attempt=request.attempt if request.attempt > 1 else None,
-                           start=START)
+                           start=start_line(model))
     judged = item.request
     return PendingItem(kind="judgment", token=item.token, condition=judged.text,
                        options=list(judged.options) or None,
@@ -392,7 +402,7 @@ def _item(item: Item) -> PendingItem:
                                            preview=c.text or None)
                                 for c in judged.context] or None,
                        program=judged.program or None,
-                       round=judged.round or None)
+                       round=judged.round or None, start=JUDGE)
 
 
 def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
@@ -448,8 +458,8 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def next_step(vm_token: str, wait_s: float = DEFAULT_WAIT
                         ) -> Annotated[CallToolResult, NextStep]:
-        """Guided runs: what the program needs now (sessions: a token per subagent;
-        judgments: submit_verdict) or the final status. Waits up to wait_s seconds."""
+        """Guided runs: what is pending (sessions: a handle per subagent; judgments) or the
+        final status. Waits up to wait_s seconds."""
         driven = ctx.registry.by_vm_token(vm_token)
         if driven.mode != GUIDED:
             raise Refusal("next_step steps guided runs",
@@ -493,8 +503,8 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def submit_verdict(token: str, value: bool | str, reason: str = ""
                              ) -> Annotated[CallToolResult, VerdictAck]:
-        """Guided runs: answer a pending judgment (true/false, or one of its options) with a
-        short reason."""
+        """Guided runs: answer a judgment (true/false, or one of its options) with a short
+        reason."""
         _, host = modes.item_owner(token)
         try:
             verdict = await host.submit_verdict(token, value, reason)
@@ -503,18 +513,6 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
                           str(err)) from None
         return compact(VerdictAck(token=token, value=verdict, recorded=True),
                        f"recorded: {verdict}")
-
-    @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
-    async def fail_session(token: str, error: str, retryable: bool = True
-                           ) -> Annotated[CallToolResult, FailAck]:
-        """Guided runs: a pending session could not be done; the program's retry and
-        catch rules decide what follows."""
-        _, host = modes.item_owner(token)
-        try:
-            next_move = await host.fail_session(token, error, retryable)
-        except ItemRefused as err:
-            raise Refusal("a pending session is failed once, with its token", str(err)) from None
-        return compact(FailAck(token=token, next=next_move), next_move)
 
     # ----------------------------------------------------------------------- delegated
 
@@ -526,9 +524,9 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
         provider: ProviderName | None = None, max_concurrency: int = 16, wait: bool = True,
         script: str | None = None,
     ) -> Annotated[CallToolResult, RunReport]:
-        """Run a whole program in the server on a provider: anthropic (a key in its
-        settings), sampling (your model) or scripted (script: a file). wait=false returns at
-        once (then get_run). Missing inputs are asked for or listed."""
+        """Run a program in the server on a provider: anthropic (a key in its settings),
+        sampling (your model) or scripted (script: a file). wait=false returns at once (then
+        get_run). Asks for or lists missing inputs."""
         given = dict(inputs or {})
         if isinstance(asked, AcceptedElicitation):
             data = asked.data
@@ -602,7 +600,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def get_run(run_id: str) -> Annotated[CallToolResult, RunReport]:
-        """A run's status, position, outputs, sessions, tokens and cost."""
+        """A run's status, position, outputs, sessions and cost."""
         run = modes.engines.get(run_id)
         if run is not None:
             result = report(run)

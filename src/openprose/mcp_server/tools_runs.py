@@ -51,6 +51,9 @@ from openprose.mcp_server.runs import (
 from openprose.state import BackendUnavailable, BindingRef, StateError, new_run_id
 
 Backend = Literal["filesystem", "sqlite", "postgres"]
+#: start_run's modes: the host walks the program (embodied) or answers the engine (guided);
+#: a delegated run is started with run_program.
+RunMode = Literal["embodied", "guided"]
 
 
 def binding_uri_name(ref: BindingRef) -> str:
@@ -160,14 +163,10 @@ Instructions = Literal["guided", "embodied", "in-context"]
 def register(mcp: MCPServer, ctx: ServerContext) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def start_run(program: str, context: Context, inputs: dict[str, str] | None = None,
-                        backend: Backend = ctx.default_backend, mode: str = HOST
+                        backend: Backend = ctx.default_backend, mode: RunMode = HOST
                         ) -> Annotated[CallToolResult, StartResult]:
-        """Start a run. program: a .prose path in the project, or source. Returns your VM
-        token and the outline (statement ids)."""
-        if mode != HOST and mode not in ctx.modes:
-            offered = ", ".join([HOST, *ctx.modes])
-            raise Refusal("a run is started in a mode this server offers",
-                          f"unknown mode {mode!r} (offered: {offered})")
+        """Start a run (program: a .prose path in the project, or source). Returns your VM
+        token; embodied: also the outline (statement ids); guided: then call next_step."""
         try:
             source, path, compiled = await compiled_program(program, ctx.project_root)
         except (PromptError, OSError, UnicodeDecodeError) as exc:
@@ -247,7 +246,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                          inputs: dict[str, str] | None = None
                          ) -> Annotated[CallToolResult, ResumeResult]:
         """Continue a run: a fresh VM token (the old one stops working), its status and
-        outline. take_over: take a run another driver holds. inputs: missing inputs."""
+        outline. take_over: a run another driver holds. inputs: the missing ones."""
         known = ctx.registry.runs.get(run_id)
         check_hand_over(known, take_over)
         held = known is not None and known.holder is not None and known.holder.held

@@ -4,12 +4,13 @@ and ``write_memory``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 
-from openprose.engine.briefs import Brief, ContextEntry
+from openprose.engine.briefs import Brief, ContextEntry, host_model, short_failure
 from openprose.engine.journal import SessionSpec
 from openprose.engine.permissions import (
     Permissions,
@@ -20,8 +21,9 @@ from openprose.engine.permissions import (
 from openprose.engine.runner import given_inputs
 from openprose.language import nodes as n
 from openprose.language.analysis import BINDING_KINDS, SESSION_KINDS, Agent, Statement
-from openprose.mcp_server.briefing import EMBODIED_TOOLS, START, brief_reply
+from openprose.mcp_server.briefing import HOST_TOOLS, brief_reply, start_line
 from openprose.mcp_server.context import ServerContext
+from openprose.mcp_server.engine_results import FailAck
 from openprose.mcp_server.follow import same_text
 from openprose.mcp_server.guided import SessionItem
 from openprose.mcp_server.refusal import Refusal, state_errors
@@ -113,7 +115,7 @@ def grant_text(result: SpawnResult) -> str:
     where = f" in execution {result.execution_id}" if result.execution_id else ""
     agent = f" (agent {result.agent})" if result.agent else ""
     return (f"Session for '{result.binding}'{where}{agent} granted, token: "
-            f"{result.session_token}. {START}")
+            f"{result.session_token}. {result.start}")
 
 
 def restored_brief(driven: DrivenRun, pending: Pending, context: list[BindingRef]) -> Brief:
@@ -145,8 +147,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def spawn_session(vm_token: str, statement: str, prompt: str = "",
                             execution_id: int | None = None, context: list[str] | None = None
                             ) -> Annotated[CallToolResult, SpawnResult]:
-        """Start the session the program reached (execution_id: its block frame; prompt and
-        context come from the program). Returns a subagent's token."""
+        """Start the session the program reached (execution_id: its block frame; the program
+        gives prompt and context). Returns its handle for a subagent."""
         driven = registry.host_run(vm_token)
         driven.live()
         st = driven.statement(statement)
@@ -177,15 +179,15 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             raise Refusal("a session's brief is read while it is pending",
                           f"no session of this server is pending for '{handle.binding.name}'")
         found = pending.brief or restored_brief(driven, pending, list(handle.context.values()))
-        return brief_reply(found, token, EMBODIED_TOOLS)
+        return brief_reply(found, token, HOST_TOOLS)
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
     async def write_binding(token: str, value: str = "", summary: str = "", name: str = "",
                             execution_id: int | None = None,
                             copy_of: str = "") -> Annotated[CallToolResult,
                                                                      WriteResult]:
-        """Session token: write its own binding (value) and end. VM token: write a binding no
-        session makes (name; value or copy_of a binding). Returns the location."""
+        """Session token: write its binding (value) and end. VM token: a binding no session
+        makes (name; value or copy_of a binding). Returns the location."""
         route = ctx.session_route(token)
         if route is not None:  # a guided session: the same rule on the binding it names
             _check_own(BindingRef(route.binding(token) or "(anonymous)"), name, None, copy_of)
@@ -198,8 +200,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def read_binding(token: str, name: str, execution_id: int | None = None,
                            offset: int = 0, limit: int = READ_LIMIT
                            ) -> Annotated[CallToolResult, ReadResult]:
-        """Read a binding's value (offset/limit in characters). VM token: scope chain from
-        execution_id; session token: its context only."""
+        """Read a binding (offset/limit: characters). VM token: scope chain from
+        execution_id; session token: its context; judgment token: the bindings it lists."""
         if offset < 0 or limit < 1:
             raise Refusal("offset is >= 0 and limit >= 1", f"offset {offset}, limit {limit}")
         route = ctx.session_route(token)
@@ -235,6 +237,34 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         header = f"[{name}{'@' + str(eid) if eid else ''} ({kind}): characters {offset}-{end} " \
                  f"of {len(value)}{more}]"
         return reply(result, f"{header}\n{part}")
+
+    @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
+    async def fail_session(token: str, error: str, retryable: bool = True
+                           ) -> Annotated[CallToolResult, FailAck]:
+        """Session token: its session could not be done; the program's retry/catch decide
+        what follows."""
+        route = ctx.session_route(token)
+        if route is not None:
+            return await route.fail(token, error, retryable)  # type: ignore[no-any-return]
+        driven, handle = registry.by_session_token(token)
+        driven.live()
+        pending = driven.pending_for(token, handle.binding)
+        if pending is None:
+            raise Refusal("a pending session is failed once, with its token",
+                          f"no session of this server is pending for '{handle.binding.name}'")
+        st, error = pending.statement, error or "failed (no reason given)"
+        record = {"status": "failed", "execution_id": pending.ref.execution_id, "note": error}
+        with state_errors("fail_session", st):
+            driven.fail_session(pending, error)
+            driven.set_status(st, "failed", record)
+            driven.render()
+        follows = await followed_session(driven, pending)
+        if follows is not None and driven.follower is not None:
+            await driven.follower.failed(follows, error)
+        await ctx.changed(driven.id)
+        next_move = ("failed: the VM applies the program's retry and catch rules"
+                     + (f"; next: {driven.follower.expected()}" if driven.follower else ""))
+        return reply(FailAck(token=token, next=next_move), next_move)
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def read_memory(token: str) -> Annotated[CallToolResult, MemoryResult]:
@@ -347,7 +377,8 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
                          {"line": st.line, "statement": st.id,
                           "binding": [ref.name, ref.execution_id],
                           **({"path": followed[1].key} if followed else {})},
-                         grant_fields(st.agent, permissions, key, st.line))
+                         grant_fields(st.agent, permissions, key, st.line,
+                                      session_model(st, definition)))
     with state_errors("spawn_session", st):
         granted = driven.run.start_sessions([start])[0]
     if isinstance(granted, Exception):
@@ -356,13 +387,18 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
         driven.run.record_result(FOLLOWED_STEP + followed[1].key, status="state",
                                  meta={"session": key, "hash": followed[1].input_hash})
     driven.sequence[(st.id, eid or 0)] = sequence
-    driven.pending[key] = Pending(st, ref, key, input_hash, granted.token,
-                                  session_brief(driven, st, ref.name, prompt, refs,
-                                                definition, memory, permissions),
+    brief = session_brief(driven, st, ref.name, prompt, refs, definition, memory, permissions)
+    if followed is not None:  # a retry: the brief says which attempt and what failed before
+        request = followed[0].request
+        brief = replace(brief, attempt=request.attempt,
+                        failures=tuple(short_failure(error) for error in request.failures))
+    driven.pending[key] = Pending(st, ref, key, input_hash, granted.token, brief,
                                   followed[0].token if followed else None,
                                   followed[1].key if followed else None)
+    model = host_model(session_model(st, definition))
     result = SpawnResult(session_token=granted.token, binding=ref.name,
-                         execution_id=ref.execution_id, agent=st.agent or None, start=START)
+                         execution_id=ref.execution_id, agent=st.agent or None, model=model,
+                         start=start_line(model))
     return reply(result, grant_text(result), exclude_none=True)
 
 
