@@ -11,10 +11,12 @@ from typing import Any
 import click
 
 from openprose.cli.common import (
+    Col,
     backends_for,
     console,
     emit_json,
     fail,
+    fitted_table,
     json_option,
     project_option,
     state_option,
@@ -148,11 +150,14 @@ def _report(removed: list[dict], running: list[dict], errors: list[dict], dry_ru
         return
     out = console()
     verb = "would remove" if dry_run else "removed"
-    for row in removed:
-        pad = " " * max(1, 12 - len(row["status"]))
-        out.print(f"{verb} [bold]{row['run_id']}[/]  {styled(row['status'])}{pad}"
-                  f"{human_duration(_age(row, now)):>6} ago  {_human_size(row['bytes']):>8}  "
-                  f"{row['backend']}")
+    if removed:
+        columns = [Col("run"), Col("status"), Col("ended", "right", drop=2),
+                   Col("size", "right", drop=3), Col("backend", drop=4)]
+        out.print(fitted_table(out, columns, [
+            [f"{verb} [bold]{row['run_id']}[/]", styled(row["status"]),
+             f"{human_duration(_age(row, now))} ago", _human_size(row["bytes"]),
+             row["backend"]] for row in removed],
+            box=None, show_header=False, pad_edge=False, padding=(0, 1)))
     total = _human_size(sum(row["bytes"] for row in removed))
     count = len(removed)
     if count:

@@ -1,5 +1,6 @@
-"""What the inspecting commands share: options, an 80-column console that colours only a
-terminal, and finding a project's runs on whichever backends hold them."""
+"""What the inspecting commands share: options, a console as wide as the terminal that colours
+only a terminal, tables fitted to it, and finding a project's runs on whichever backends hold
+them."""
 
 from __future__ import annotations
 
@@ -8,15 +9,20 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 
 from openprose.state import BACKENDS
 from openprose.terminal import printable
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+#: The width of output that is not a terminal's (piped, redirected).
 WIDTH = 80
 STATUS_STYLE = {"running": "cyan", "completed": "green", "failed": "red bold",
                 "interrupted": "yellow", "complete": "green", "executing": "cyan",
@@ -40,12 +46,71 @@ def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def console(stderr: bool = False) -> Console:
-    """At most 80 columns; colour and styles only when writing to a terminal."""
+    """The terminal's width (80 columns when not a terminal); colour and styles only when
+    writing to a terminal."""
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
-    width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns) if tty else WIDTH
+    width = shutil.get_terminal_size((WIDTH, 24)).columns if tty else WIDTH
     return Console(file=stream, width=width, force_terminal=tty, no_color=not tty,
                    highlight=False, emoji=False, soft_wrap=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Col:
+    """A column of :func:`fitted_table`. ``drop``: 0 never dropped (ids, line numbers,
+    statuses), else the higher the sooner it goes when the table does not fit. ``least``:
+    an elastic column (free text) that may be cut with an ellipsis down to this width; 0 is
+    never cut."""
+
+    header: str
+    justify: JustifyMethod = "left"
+    drop: int = 0
+    least: int = 0
+
+
+def fitted_table(out: Console, columns: list[Col], rows: list[list[str]],
+                 **options: Any) -> Table:
+    """A table of ``rows`` (rich markup) within ``out``'s width: every column at its full
+    width when they fit; otherwise low-value columns are left out whole (highest ``drop``
+    first) until the rest fit with the elastic ones cut to what is left. Cells of the
+    other columns are never cut."""
+    from rich.table import Table
+    from rich.text import Text
+
+    widths = [max([Text.from_markup(c.header).cell_len,
+                   *(Text.from_markup(row[i]).cell_len for row in rows)])
+              for i, c in enumerate(columns)]
+    keep = list(range(len(columns)))
+
+    def build(chosen: list[int], sizes: dict[int, int]) -> Table:
+        table = Table(**options)
+        for i in chosen:
+            col = columns[i]
+            table.add_column(col.header, justify=col.justify, no_wrap=True, width=sizes[i],
+                             overflow="ellipsis" if col.least else "fold")
+        return table
+
+    def frame(chosen: list[int]) -> int:  # the columns' separators and padding
+        return build(chosen, dict.fromkeys(chosen, 1)).__rich_measure__(
+            out, out.options).maximum - len(chosen)
+
+    while True:
+        least = sum(min(widths[i], columns[i].least or widths[i]) for i in keep)
+        droppable = [i for i in keep if columns[i].drop]
+        if least + frame(keep) <= out.width or not droppable:
+            break
+        keep.remove(max(droppable, key=lambda i: (columns[i].drop, i)))
+    spare = out.width - frame(keep) - sum(widths[i] for i in keep if not columns[i].least)
+    sizes = {i: widths[i] for i in keep}
+    elastic = [i for i in keep if columns[i].least]
+    for n, i in enumerate(elastic):
+        after = sum(min(widths[j], columns[j].least) for j in elastic[n + 1:])
+        sizes[i] = max(min(widths[i], columns[i].least), min(widths[i], spare - after))
+        spare -= sizes[i]
+    table = build(keep, sizes)
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    return table
 
 
 def plain(text: str) -> str:

@@ -9,8 +9,10 @@ from typing import Any
 import click
 
 from openprose.cli.common import (
+    Col,
     console,
     emit_json,
+    fitted_table,
     json_option,
     plain,
     project_option,
@@ -39,6 +41,8 @@ def duration(started: str, updated: str, running: bool) -> float | None:
 def human_duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
     if seconds < 60:
         return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
     minutes, secs = divmod(int(seconds), 60)
@@ -90,7 +94,6 @@ def run_rows(opened: list[Any]) -> list[dict[str, Any]]:
 def runs_command(limit: int, backend: str | None, as_json: bool, project: Path) -> None:
     """List the project's runs, newest first: status, start, duration, sessions, tokens."""
     from rich import box
-    from rich.table import Table
 
     with stores(project, backend, "runs") as opened:
         rows = run_rows(opened)[:limit]
@@ -101,22 +104,16 @@ def runs_command(limit: int, backend: str | None, as_json: bool, project: Path) 
     if not rows:
         out.print("no runs yet (start one with `prose run FILE`)")
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1),
-                  collapse_padding=True)
-    table.add_column("run", no_wrap=True)
-    table.add_column("program", overflow="ellipsis", no_wrap=True, max_width=14)
-    table.add_column("status", no_wrap=True)
-    table.add_column("started", no_wrap=True)
-    table.add_column("time", justify="right", no_wrap=True)
-    table.add_column("sess", justify="right", no_wrap=True)
-    table.add_column("tokens", justify="right", no_wrap=True)
-    for row in rows:
-        started = (row["started"] or "")[5:16].replace("T", " ")
-        table.add_row(row["run_id"], plain(Path(row["program"] or "(inline)").name),
-                      styled(row["status"]), started, human_duration(row["duration_s"]),
-                      "?" if row["sessions"] is None else str(row["sessions"]),
-                      "?" if row["tokens"] is None else _count(row["tokens"]))
-    out.print(table)
+    columns = [Col("run"), Col("program", drop=3, least=8), Col("status"),
+               Col("started", drop=6), Col("time", "right", drop=2),
+               Col("sess", "right", drop=5), Col("tokens", "right", drop=4)]
+    cells = [[row["run_id"], plain(Path(row["program"] or "(inline)").name),
+              styled(row["status"]), (row["started"] or "")[5:16].replace("T", " "),
+              human_duration(row["duration_s"]),
+              "?" if row["sessions"] is None else str(row["sessions"]),
+              "?" if row["tokens"] is None else _count(row["tokens"])] for row in rows]
+    out.print(fitted_table(out, columns, cells, box=box.SIMPLE_HEAD, pad_edge=False,
+                           show_edge=False, padding=(0, 1), collapse_padding=True))
 
 
 def _count(number: int) -> str:
