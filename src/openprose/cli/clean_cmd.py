@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from openprose.cli.common import (
+    USAGE,
     Col,
     backends_for,
     console,
@@ -86,13 +87,13 @@ def clean_command(older_than: str | None, keep: int | None, status: str | None,
 
     if older_than is None and keep is None and status is None:
         fail("clean", "say which runs to remove: --older-than AGE, --keep N and/or "
-                      "--status STATUS (add --dry-run to see the list first)", 2)
+                      "--status STATUS (add --dry-run to see the list first)", USAGE)
     age = None
     if older_than is not None:
         try:
             age = parse_age(older_than)
         except click.BadParameter as err:
-            fail("clean", f"--older-than: {err.message}", 2)
+            fail("clean", f"--older-than: {err.message}", USAGE)
     now = datetime.now(UTC)
     removed: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []

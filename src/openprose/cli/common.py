@@ -100,13 +100,17 @@ def fitted_table(out: Console, columns: list[Col], rows: list[list[str]],
         if least + frame(keep) <= out.width or not droppable:
             break
         keep.remove(max(droppable, key=lambda i: (columns[i].drop, i)))
-    spare = out.width - frame(keep) - sum(widths[i] for i in keep if not columns[i].least)
-    sizes = {i: widths[i] for i in keep}
-    elastic = [i for i in keep if columns[i].least]
-    for n, i in enumerate(elastic):
-        after = sum(min(widths[j], columns[j].least) for j in elastic[n + 1:])
-        sizes[i] = max(min(widths[i], columns[i].least), min(widths[i], spare - after))
-        spare -= sizes[i]
+    sizes = {i: widths[i] if not columns[i].least else min(widths[i], columns[i].least)
+             for i in keep}
+    spare = out.width - frame(keep) - sum(sizes.values())
+    wanting = [i for i in keep if sizes[i] < widths[i]]
+    while spare > 0 and wanting:  # the elastic columns share what is left evenly
+        share = max(1, spare // len(wanting))
+        for i in wanting:
+            grant = min(share, widths[i] - sizes[i], spare)
+            sizes[i] += grant
+            spare -= grant
+        wanting = [i for i in wanting if sizes[i] < widths[i]]
     table = build(keep, sizes)
     for row in rows:
         table.add_row(*(row[i] for i in keep))
@@ -128,6 +132,11 @@ def styled(status: str) -> str:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, indent=1, default=str))
+
+
+#: Exit status of a usage error: a bad argument, or a run, binding or example not found (as
+#: for ``prose run`` and ``prose resume``); 1 is left for what failed.
+USAGE = 2
 
 
 def fail(command: str, message: str, code: int = 1) -> NoReturn:
@@ -186,6 +195,6 @@ def find_run(opened: list[Any], run_id: str, command: str) -> tuple[Any, str]:
     where = ", ".join(store.kind for store in opened) or "no backend"
     if not matches:
         fail(command, f"no run {run_id!r} in this project (looked in: {where}); "
-                      "`prose runs` lists them")
+                      "`prose runs` lists them", USAGE)
     ids = ", ".join(sorted(info.id for _, info in matches)[:5])
-    fail(command, f"{run_id!r} matches several runs ({ids}); give more of the id")
+    fail(command, f"{run_id!r} matches several runs ({ids}); give more of the id", USAGE)

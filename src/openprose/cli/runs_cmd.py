@@ -38,6 +38,13 @@ def duration(started: str, updated: str, running: bool) -> float | None:
     return max(0.0, (end - start).total_seconds())
 
 
+def run_time(started: str, updated: str, running: bool) -> str:
+    """How long a run took (or has run), as shown: its stamps are whole seconds, so a run
+    shorter than one reads ``<1s``."""
+    seconds = duration(started, updated, running)
+    return "<1s" if seconds is not None and seconds < 1 else human_duration(seconds)
+
+
 def human_duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
@@ -57,7 +64,7 @@ def human_duration(seconds: float | None) -> str:
 
 def run_rows(opened: list[Any]) -> list[dict[str, Any]]:
     from openprose.state import StateError
-    from openprose.state.view import usage_of
+    from openprose.state.view import run_journal, usage_of
 
     rows = []
     for store in opened:
@@ -68,7 +75,7 @@ def run_rows(opened: list[Any]) -> list[dict[str, Any]]:
             continue
         for record in records:
             try:
-                usage = usage_of(store.read_journal(record.id))
+                usage = usage_of(run_journal(store, record.id))
             except StateError:
                 usage = None
             running = record.status == "running"
@@ -109,7 +116,7 @@ def runs_command(limit: int, backend: str | None, as_json: bool, project: Path) 
                Col("sess", "right", drop=5), Col("tokens", "right", drop=4)]
     cells = [[row["run_id"], plain(Path(row["program"] or "(inline)").name),
               styled(row["status"]), (row["started"] or "")[5:16].replace("T", " "),
-              human_duration(row["duration_s"]),
+              run_time(row["started"], row["updated"], row["status"] == "running"),
               "?" if row["sessions"] is None else str(row["sessions"]),
               "?" if row["tokens"] is None else _count(row["tokens"])] for row in rows]
     out.print(fitted_table(out, columns, cells, box=box.SIMPLE_HEAD, pad_edge=False,

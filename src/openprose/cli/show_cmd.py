@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from openprose.cli.common import (
+    USAGE,
     Col,
     console,
     emit_json,
@@ -28,7 +29,7 @@ from openprose.cli.common import (
     stores,
     styled,
 )
-from openprose.cli.runs_cmd import duration, human_duration
+from openprose.cli.runs_cmd import human_duration, run_time
 from openprose.terminal import printable
 
 GROUP_AT = 4  # a statement run this many times or more gets one summary row
@@ -58,7 +59,7 @@ def show_command(run_id: str, binding: str | None, backend: str | None, as_json:
     """Show run RUN (an id, a unique prefix of one, or `latest`): status, timeline, active
     constructs, bindings, agents, tokens and errors. With BINDING (NAME or NAME@N), print
     that binding's value."""
-    from openprose.state import StateError
+    from openprose.state import InvalidNameError, NotFoundError, StateError
     from openprose.state.view import load_view
 
     with stores(project, backend, "show") as opened:
@@ -70,6 +71,8 @@ def show_command(run_id: str, binding: str | None, backend: str | None, as_json:
             view = load_view(store, found)
             segments = {agent: store.segment_count(found, agent)
                         for agent, _ in view.agents}
+        except (NotFoundError, InvalidNameError) as err:
+            fail("show", str(err), USAGE)
         except StateError as err:
             fail("show", str(err))
     if as_json:
@@ -109,7 +112,7 @@ def _print_view(view: Any, segments: dict[Any, int]) -> None:
     from openprose.state.render import active_constructs
 
     out = console()
-    took = human_duration(duration(view.started, view.updated, not view.finished))
+    took = run_time(view.started, view.updated, not view.finished)
     out.print(f"[bold]run {view.id}[/]  {styled(view.status)}")
     out.print(f"program  {plain(view.program_path or '(inline)')}  ({view.backend})")
     out.print(f"started  {view.started}  ·  {'ran' if view.finished else 'running'} {took}")
@@ -196,8 +199,8 @@ def _timeline(out: Any, view: Any) -> None:
             _detail(steps[-1]) if kind == "verdict" else ""
         rows.append([str(first.line or ""), plain(f"{what} ×{len(steps)}"), summary, took,
                      plain(detail)])
-    columns = [Col("line", "right"), Col("statement", drop=3, least=12), Col("status"),
-               Col("time", "right", drop=2), Col("detail", drop=4, least=10)]
+    columns = [Col("line", "right"), Col("statement", drop=3, least=16), Col("status"),
+               Col("time", "right", drop=2), Col("detail", drop=4, least=30)]
     out.print(fitted_table(out, columns, rows, box=box.SIMPLE_HEAD, pad_edge=False,
                            show_edge=False, title_justify="left", title="[bold]timeline[/]"))
     out.print()
