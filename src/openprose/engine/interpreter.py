@@ -451,9 +451,11 @@ class Interpreter(NodeVisitor):
                     permissions=permissions, work=work, failures=tuple(failures))
                 try:
                     async with self.semaphore:
+                        self.emit("session_call", ctx.path, node, f"attempt {attempt}")
                         called = time.monotonic()
                         result = await self.provider.run_session(request, handle.io)
                         self.totals.note_call(time.monotonic() - called)
+                    self.emit("session_called", ctx.path, node)
                     break
                 except ProviderError as err:
                     if not err.retryable or attempt == policy.attempts:
