@@ -197,6 +197,42 @@ def test_guided_run_is_traced(tmp_path, monkeypatch):
             if "gen_ai.provider.name" in s.attributes} == {"host"}
 
 
+EMBODIED = """\
+let draft = session "Draft a note"
+if **the draft is long**:
+  session "Shorten it"
+else:
+  session "Extend it"
+"""
+
+
+def test_embodied_run_is_traced(tmp_path, monkeypatch):
+    """The host follows the program itself; the server's follower traces what it did."""
+    from tests.mcp_server.tool_host import walk
+
+    from openprose.mcp_server.server import create_server
+
+    (tmp_path / "note.prose").write_text(EMBODIED)
+    with Receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{receiver.endpoint}/v1/traces")
+        monkeypatch.setattr(tracing, "_provider", None)
+        server = create_server(tmp_path, home=tmp_path / "home", watch=False)
+        try:
+            run_id, status, _ = walk(server, {}, EMBODIED, "note.prose", {}, {
+                "sessions": [{"match": ".", "output": "ok"}],
+                "conditions": [{"match": ".", "verdicts": [False]}]})
+        finally:
+            provider = tracing._provider
+            if provider is not None:
+                provider.shutdown()  # exports every span ended
+        root = _root(receiver, run_id)
+    assert status == "completed"
+    assert root.name == "prose embodied note.prose"
+    assert root.attributes["openprose.run.status"] == "completed"
+    assert [c.name for c in root.children] == ["let line 1", "if line 2"]
+    assert len(_named(root, "invoke_agent")) == 2 and len(_named(root, "chat")) == 1
+
+
 def test_off_by_default_imports_nothing(tmp_path):
     """Without an endpoint or --trace, a run imports nothing of OpenTelemetry."""
     (tmp_path / "s.yaml").write_text("default_output: ok\n")
