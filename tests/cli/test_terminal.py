@@ -1,5 +1,6 @@
-"""The inspecting commands on a real terminal (a pseudo-terminal 132 columns wide): colour
-there, at most 80 columns still; and `--json` on every one of them."""
+"""The inspecting commands on a real terminal (a pseudo-terminal, 132 columns wide unless a
+test sets another width): colour there, the terminal's width used and never exceeded; and
+`--json` on every one of them."""
 
 from __future__ import annotations
 

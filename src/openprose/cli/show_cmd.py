@@ -264,8 +264,8 @@ def _bindings(out: Any, view: Any) -> None:
         base = members[0].ref.name if members[0].ref.execution_id else "anon_*"
         cells.append([plain(f"{base} ×{len(members)}"), kinds, "many", _size(total),
                       plain(members[-1].preview or "")])
-    columns = [Col("name"), Col("kind", drop=3), Col("scope", drop=2),
-               Col("size", "right", drop=4), Col("preview", drop=5, least=10)]
+    columns = [Col("name"), Col("kind", drop=3), Col("scope", drop=4),
+               Col("size", "right", drop=5), Col("preview", drop=2, least=30)]
     out.print(fitted_table(out, columns, cells, box=box.SIMPLE_HEAD, pad_edge=False,
                            show_edge=False, title_justify="left", title="[bold]bindings[/]"))
     out.print()
