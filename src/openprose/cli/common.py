@@ -180,11 +180,13 @@ def find_run(opened: list[Any], run_id: str, command: str) -> tuple[Any, str]:
     from openprose.state import StateError
 
     every: list[tuple[Any, Any]] = []
+    unread = False  # a store that could not be listed: "not found" is then not known
     for store in opened:
         try:
             every += [(store, info) for info in store.list_runs()]
         except StateError as err:
             click.echo(f"prose {command}: cannot list {store.kind} runs: {err}", err=True)
+            unread = True
     if run_id == "latest" and every:
         store, info = max(every, key=lambda pair: (pair[1].started, pair[1].id))
         return store, info.id
@@ -195,6 +197,6 @@ def find_run(opened: list[Any], run_id: str, command: str) -> tuple[Any, str]:
     where = ", ".join(store.kind for store in opened) or "no backend"
     if not matches:
         fail(command, f"no run {run_id!r} in this project (looked in: {where}); "
-                      "`prose runs` lists them", USAGE)
+                      "`prose runs` lists them", 1 if unread else USAGE)
     ids = ", ".join(sorted(info.id for _, info in matches)[:5])
     fail(command, f"{run_id!r} matches several runs ({ids}); give more of the id", USAGE)
