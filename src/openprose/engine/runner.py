@@ -37,6 +37,7 @@ from openprose.engine.values import Value
 from openprose.engine.work_tools import WorkSetup, default_setup
 from openprose.language import compile as compile_program
 from openprose.language import nodes as n
+from openprose.state.view import run_journal, usage_of
 
 
 @dataclass
@@ -348,8 +349,8 @@ async def _interpret(job: Job, store: state.StateStore, run: state.Run, provider
         options.work = job.work or default_setup(job.project_root)
     if options.budget is None and job.budget is not None:
         options.budget = job.budget
-    if options.budget is not None:
-        spent = run.usage_totals()
+    if options.budget is not None:  # what it spent before, in the programs it imported too
+        spent = usage_of(run_journal(store, run.id))
         options.budget.spent = Usage(spent.input_tokens, spent.output_tokens, spent.cost_usd)
     outcome = Outcome(run.id, "failed")
 
