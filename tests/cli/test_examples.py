@@ -70,3 +70,12 @@ def test_listing_fits_80_columns_and_has_json(project: Project) -> None:
     assert len(data) == len(examples.all_examples()) and data[0]["name"] == "hello"
     source = project.prose("examples", "hello", "--source").stdout
     assert source == examples.find("hello").source
+
+
+@pytest.mark.parametrize("project", ["filesystem"], indirect=True)
+def test_an_unknown_example_is_a_usage_error(project: Project) -> None:
+    """Not found exits 2, as `prose resume` and `prose show` of an unknown run do."""
+    for query in ("nothing-like-this", "session"):  # no match; several
+        result = project.prose("examples", query, "--project", str(project.root))
+        assert result.exit_code == 2, (query, result.output)
+        assert "Traceback" not in result.output

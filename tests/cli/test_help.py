@@ -33,5 +33,5 @@ def test_a_command_name_shows_its_options() -> None:
 
 def test_an_unknown_topic_is_refused_with_the_choices() -> None:
     result = prose("help", "nonsense")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no help topic 'nonsense'" in result.stderr and "language" in result.stderr

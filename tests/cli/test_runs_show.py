@@ -97,9 +97,9 @@ def test_show_binding_prints_its_value(project: Project) -> None:
                                     str(project.root)).stdout)
     assert data["value"] == "ok" and data["kind"] == "output"
     missing = project.prose("show", run_id, "nothing", "--project", str(project.root))
-    assert missing.exit_code == 1 and "no binding 'nothing'" in missing.stderr
+    assert missing.exit_code == 2 and "no binding 'nothing'" in missing.stderr
     bad = project.prose("show", run_id, "../etc", "--project", str(project.root))
-    assert bad.exit_code == 1 and "Traceback" not in bad.output
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
 
 
 def test_show_of_a_failed_run_names_the_statement_line_and_error(project: Project) -> None:
@@ -131,7 +131,7 @@ def test_state_md_carries_status_error_and_binding_annotations(project: Project)
 
 def test_unknown_run_is_a_clear_error(project: Project) -> None:
     result = project.prose("show", "20990101-000000-zzzzzz", "--project", str(project.root))
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # not found is a usage error, as for prose resume
     assert "no run '20990101-000000-zzzzzz'" in result.stderr
     assert "Traceback" not in result.output
 
@@ -180,5 +180,46 @@ def test_show_of_a_binding_in_an_execution_past_the_databases_is_refused(
     run_id = run_id_of(result)
     shown = project.prose("show", run_id, "topic@99999999999999999999999", "--project",
                           str(project.root), "--state", project.backend)
-    assert shown.exit_code == 1 and "Traceback" not in shown.output
+    assert shown.exit_code == 2 and "Traceback" not in shown.output
     assert "is not an integer from 0 to" in shown.stderr
+
+
+IMPORTING = """\
+use "./lib.prose" as lib
+let draft = session "Write a draft"
+let first = lib(text: draft)
+let second = lib(text: draft)
+output both = { first, second }
+"""
+LIB = """\
+input text: "What to condense"
+let short = session "Condense {text}"
+output summary = session "Title for {short}"
+"""
+
+
+def test_sessions_of_imported_programs_count_everywhere(project: Project) -> None:
+    """One count of a run's sessions and tokens: the run's result, `prose runs` and `prose
+    show` (its timeline too) all include the imported program's sessions."""
+    project.write("lib.prose", LIB)
+    ran = project.run(IMPORTING, "default_output: ok\n", "--json")
+    outcome = json.loads(ran.stdout)
+    assert outcome["sessions"] == 5
+    where = ("--project", str(project.root))
+    (listed,) = json.loads(project.prose("runs", "--json", *where).stdout)["runs"]
+    shown = json.loads(project.prose("show", outcome["run_id"], "--json", *where).stdout)
+    assert listed["sessions"] == shown["sessions"] == 5
+    assert listed["tokens"] == shown["tokens"] == outcome["tokens"]
+    assert len([s for s in shown["steps"] if s["kind"] == "session"]) == 5
+    text = project.prose("show", outcome["run_id"], *where).stdout
+    assert "sessions 5" in text and text.count("lib(text: draft)") == 4
+
+
+def test_durations_below_a_second_are_in_milliseconds() -> None:
+    from openprose.cli.runs_cmd import human_duration, run_time
+
+    assert [human_duration(s) for s in (0.0004, 0.042, 0.9, 3.25, 42)] == [
+        "0ms", "42ms", "900ms", "3.2s", "42s"]
+    # a run's start and end are stamped to the second: under one is not "0ms"
+    assert run_time("2026-01-01T10:00:00Z", "2026-01-01T10:00:00Z", False) == "<1s"
+    assert run_time("2026-01-01T10:00:00Z", "2026-01-01T10:01:05Z", False) == "1m05s"

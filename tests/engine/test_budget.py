@@ -72,3 +72,29 @@ def test_the_cost_limit_counts_what_the_run_spent_before():
     assert budget.exceeded(Usage(1, 1, 0.009)) is None
     assert budget.exceeded(Usage(1, 1, 0.01)) == \
         "the run has cost $0.0500, its --max-cost is $0.0500"
+
+
+def test_a_resumed_budget_counts_the_imported_programs_sessions(tmp_path):
+    """What a run spent before includes the sessions of the programs it imported (as `prose
+    runs` and `prose show` count them): before, a resume counted the run's own only."""
+    import asyncio
+
+    from openprose.engine import ScriptedProvider, runner
+    from openprose.engine.interpreter import RunBudget
+    from openprose.language import compile_or_raise
+
+    (tmp_path / "lib.prose").write_text(
+        'input text: "t"\nlet a = session "Condense {text}"\noutput b = session "Title {a}"\n')
+    source = ('use "./lib.prose" as lib\nlet r = lib(text: "some words")\n'
+              'output last = session "Final step"\n')
+    script = {"default_output": "ok", "sessions": [{"match": "Final", "fail": 9}]}
+    program = compile_or_raise(source, str(tmp_path / "p.prose"))
+    job = runner.Job(source=source, file=str(tmp_path / "p.prose"), program=program,
+                     project_root=tmp_path, imports=runner.load_imports(
+                         program, str(tmp_path / "p.prose"), tmp_path))
+    first = asyncio.run(runner.execute(job, ScriptedProvider(script)))
+    assert first.status == "failed" and first.sessions == 2
+    again = runner.resume_job(first.run_id, tmp_path, None)
+    again.budget = RunBudget(max_tokens=first.tokens)  # all spent already, in the import
+    resumed = asyncio.run(runner.execute(again, ScriptedProvider({"default_output": "ok"})))
+    assert resumed.status == "over_budget", resumed

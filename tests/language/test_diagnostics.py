@@ -500,3 +500,23 @@ def test_valid_forms_have_no_diagnostics(source):
 
 def test_e010_same_alias_for_different_programs():
     only('use "a/b" as x\nuse "c/d" as x\n', "E010", 2, 1, message="name 'x'")
+
+
+def test_tabs_mixed_with_spaces_are_named_as_the_problem():
+    """A tab-indented line among space-indented ones used to read as a property of the line
+    above (a tab is 8 columns): `E005 expected a property ..., found 'let'`."""
+    diag = only('if **ok**:\n  session "a"\n\tlet y = session "b"\n', "E005", 3, 1)
+    assert "mixes tabs and spaces" in diag.message and "found" not in diag.message
+    only('agent w:\n    model: sonnet\n\tprompt: "x"\n', "E005", 3, 1, message="tabs")
+    assert diagnostics('agent w:\n\tmodel: sonnet\n\tprompt: "x"\n') == []  # tabs only
+
+
+def test_an_undefined_name_suggests_the_closest_defined_one():
+    only('let xy = session "a"\nsession "b"\n  context: xx\n', "E029", 3, 12,
+         message="undefined variable 'xx'; did you mean 'xy'?")
+    only('let draft = session "a"\nsession "Fix {drfat}"\n', "E029", 2, 14,
+         message="did you mean 'draft'?")
+    only('let total = session "a"\ntotl = session "b"\n', "E029", 2, 1,
+         message="or did you mean 'total'?")
+    diag = only('let alpha = session "a"\nsession "b"\n  context: zzz\n', "E029", 3, 12)
+    assert "did you mean" not in diag.message  # nothing close: no guess

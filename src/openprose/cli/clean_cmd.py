@@ -11,10 +11,13 @@ from typing import Any
 import click
 
 from openprose.cli.common import (
+    USAGE,
+    Col,
     backends_for,
     console,
     emit_json,
     fail,
+    fitted_table,
     json_option,
     project_option,
     state_option,
@@ -84,13 +87,13 @@ def clean_command(older_than: str | None, keep: int | None, status: str | None,
 
     if older_than is None and keep is None and status is None:
         fail("clean", "say which runs to remove: --older-than AGE, --keep N and/or "
-                      "--status STATUS (add --dry-run to see the list first)", 2)
+                      "--status STATUS (add --dry-run to see the list first)", USAGE)
     age = None
     if older_than is not None:
         try:
             age = parse_age(older_than)
         except click.BadParameter as err:
-            fail("clean", f"--older-than: {err.message}", 2)
+            fail("clean", f"--older-than: {err.message}", USAGE)
     now = datetime.now(UTC)
     removed: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
@@ -148,11 +151,14 @@ def _report(removed: list[dict], running: list[dict], errors: list[dict], dry_ru
         return
     out = console()
     verb = "would remove" if dry_run else "removed"
-    for row in removed:
-        pad = " " * max(1, 12 - len(row["status"]))
-        out.print(f"{verb} [bold]{row['run_id']}[/]  {styled(row['status'])}{pad}"
-                  f"{human_duration(_age(row, now)):>6} ago  {_human_size(row['bytes']):>8}  "
-                  f"{row['backend']}")
+    if removed:
+        columns = [Col("run"), Col("status"), Col("ended", "right", drop=2),
+                   Col("size", "right", drop=3), Col("backend", drop=4)]
+        out.print(fitted_table(out, columns, [
+            [f"{verb} [bold]{row['run_id']}[/]", styled(row["status"]),
+             f"{human_duration(_age(row, now))} ago", _human_size(row["bytes"]),
+             row["backend"]] for row in removed],
+            box=None, show_header=False, pad_edge=False, padding=(0, 1)))
     total = _human_size(sum(row["bytes"] for row in removed))
     count = len(removed)
     if count:

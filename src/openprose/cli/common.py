@@ -1,5 +1,6 @@
-"""What the inspecting commands share: options, an 80-column console that colours only a
-terminal, and finding a project's runs on whichever backends hold them."""
+"""What the inspecting commands share: options, a console as wide as the terminal that colours
+only a terminal, tables fitted to it, and finding a project's runs on whichever backends hold
+them."""
 
 from __future__ import annotations
 
@@ -8,23 +9,29 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 
 from openprose.state import BACKENDS
 from openprose.terminal import printable
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+#: The width of output that is not a terminal's (piped, redirected).
 WIDTH = 80
 #: What every ``prose`` command's exit status means (docs/reference/exit-codes.md is generated
 #: from this table, and a test checks that each status a command exits with is in it).
 EXIT_CODES: dict[int, str] = {
     0: "success: the run completed, the program compiled, the check passed",
     1: "failure: the run failed, the program has errors, a check failed, or the command "
-       "could not do what was asked (a run or example that does not exist)",
-    2: "usage: a bad option or argument, a program that does not compile before a run, a "
+       "could not do what was asked",
+    2: "usage: a bad option or argument, something named that does not exist (a run, "
+       "binding, example or help topic), a program that does not compile before a run, a "
        "setting or port that cannot be used",
     3: "paused: the run reached an `input` nobody could answer; resume it with the value",
     4: "budget: the run reached `--max-tokens` or `--max-cost` and stopped, resumable",
@@ -54,12 +61,75 @@ def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def console(stderr: bool = False) -> Console:
-    """At most 80 columns; colour and styles only when writing to a terminal."""
+    """The terminal's width (80 columns when not a terminal); colour and styles only when
+    writing to a terminal."""
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
-    width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns) if tty else WIDTH
+    width = shutil.get_terminal_size((WIDTH, 24)).columns if tty else WIDTH
     return Console(file=stream, width=width, force_terminal=tty, no_color=not tty,
                    highlight=False, emoji=False, soft_wrap=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Col:
+    """A column of :func:`fitted_table`. ``drop``: 0 never dropped (ids, line numbers,
+    statuses), else the higher the sooner it goes when the table does not fit. ``least``:
+    an elastic column (free text) that may be cut with an ellipsis down to this width; 0 is
+    never cut."""
+
+    header: str
+    justify: JustifyMethod = "left"
+    drop: int = 0
+    least: int = 0
+
+
+def fitted_table(out: Console, columns: list[Col], rows: list[list[str]],
+                 **options: Any) -> Table:
+    """A table of ``rows`` (rich markup) within ``out``'s width: every column at its full
+    width when they fit; otherwise low-value columns are left out whole (highest ``drop``
+    first) until the rest fit with the elastic ones cut to what is left. Cells of the
+    other columns are never cut."""
+    from rich.table import Table
+    from rich.text import Text
+
+    widths = [max([Text.from_markup(c.header).cell_len,
+                   *(Text.from_markup(row[i]).cell_len for row in rows)])
+              for i, c in enumerate(columns)]
+    keep = list(range(len(columns)))
+
+    def build(chosen: list[int], sizes: dict[int, int]) -> Table:
+        table = Table(**options)
+        for i in chosen:
+            col = columns[i]
+            table.add_column(col.header, justify=col.justify, no_wrap=True, width=sizes[i],
+                             overflow="ellipsis" if col.least else "fold")
+        return table
+
+    def frame(chosen: list[int]) -> int:  # the columns' separators and padding
+        return build(chosen, dict.fromkeys(chosen, 1)).__rich_measure__(
+            out, out.options).maximum - len(chosen)
+
+    while True:
+        least = sum(min(widths[i], columns[i].least or widths[i]) for i in keep)
+        droppable = [i for i in keep if columns[i].drop]
+        if least + frame(keep) <= out.width or not droppable:
+            break
+        keep.remove(max(droppable, key=lambda i: (columns[i].drop, i)))
+    sizes = {i: widths[i] if not columns[i].least else min(widths[i], columns[i].least)
+             for i in keep}
+    spare = out.width - frame(keep) - sum(sizes.values())
+    wanting = [i for i in keep if sizes[i] < widths[i]]
+    while spare > 0 and wanting:  # the elastic columns share what is left evenly
+        share = max(1, spare // len(wanting))
+        for i in wanting:
+            grant = min(share, widths[i] - sizes[i], spare)
+            sizes[i] += grant
+            spare -= grant
+        wanting = [i for i in wanting if sizes[i] < widths[i]]
+    table = build(keep, sizes)
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    return table
 
 
 def plain(text: str) -> str:
@@ -77,6 +147,11 @@ def styled(status: str) -> str:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, indent=1, default=str))
+
+
+#: Exit status of a usage error: a bad argument, or a run, binding or example not found (as
+#: for ``prose run`` and ``prose resume``); 1 is left for what failed.
+USAGE = 2
 
 
 def fail(command: str, message: str, code: int = 1) -> NoReturn:
@@ -120,11 +195,13 @@ def find_run(opened: list[Any], run_id: str, command: str) -> tuple[Any, str]:
     from openprose.state import StateError
 
     every: list[tuple[Any, Any]] = []
+    unread = False  # a store that could not be listed: "not found" is then not known
     for store in opened:
         try:
             every += [(store, info) for info in store.list_runs()]
         except StateError as err:
             click.echo(f"prose {command}: cannot list {store.kind} runs: {err}", err=True)
+            unread = True
     if run_id == "latest" and every:
         store, info = max(every, key=lambda pair: (pair[1].started, pair[1].id))
         return store, info.id
@@ -135,6 +212,6 @@ def find_run(opened: list[Any], run_id: str, command: str) -> tuple[Any, str]:
     where = ", ".join(store.kind for store in opened) or "no backend"
     if not matches:
         fail(command, f"no run {run_id!r} in this project (looked in: {where}); "
-                      "`prose runs` lists them")
+                      "`prose runs` lists them", 1 if unread else USAGE)
     ids = ", ".join(sorted(info.id for _, info in matches)[:5])
-    fail(command, f"{run_id!r} matches several runs ({ids}); give more of the id")
+    fail(command, f"{run_id!r} matches several runs ({ids}); give more of the id", USAGE)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from openprose.cli.common import console, emit_json, fail, json_option, project_option
+from openprose.cli.common import USAGE, console, emit_json, fail, json_option, project_option
 
 
 @click.command("examples")
@@ -40,8 +40,8 @@ def examples_command(query: str | None, show_source: bool, provider: str,
         if matches and not as_json:
             click.echo(f"prose examples: {err}", err=True)
             _list(tuple(matches), False)
-            raise SystemExit(1) from None
-        fail("examples", str(err))
+            raise SystemExit(USAGE) from None
+        fail("examples", str(err), USAGE)
     if show_source:
         if as_json:
             emit_json({"number": example.number, "name": example.name,

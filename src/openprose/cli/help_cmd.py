@@ -7,7 +7,7 @@ from importlib.resources import files
 
 import click
 
-from openprose.cli.common import console, emit_json, fail, json_option
+from openprose.cli.common import USAGE, console, emit_json, fail, json_option
 
 TOPICS = {
     "language": "the language in brief",
@@ -65,7 +65,7 @@ def help_command(ctx: click.Context, topic: str | None, as_json: bool) -> None:
             text = command.get_help(sub) + "\n"
     else:
         fail("help", f"no help topic {topic!r}; topics: {', '.join(TOPICS)}, or a command "
-                     f"({', '.join(sorted(COMMANDS))})")
+                     f"({', '.join(sorted(COMMANDS))})", USAGE)
     if as_json:
         emit_json({"topic": name, "text": text})
         return

@@ -161,6 +161,9 @@ def _common(fn: Any) -> Any:
         click.option("--allow-unsandboxed-bash", "allow_unsandboxed", is_flag=True,
                      help="Where no OS sandbox exists (no bubblewrap or sandbox-exec), run "
                           "permitted shell commands unconfined."),
+        click.option("--trace", is_flag=True,
+                     help="Send an OpenTelemetry trace of the run over OTLP/HTTP (on anyway "
+                          "when OTEL_EXPORTER_OTLP_ENDPOINT is set; needs openprose[otel])."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -545,7 +548,8 @@ def execute(job: Any, provider: Any, as_json: bool, project: str,
     from openprose.engine.work_tools import default_setup
     from openprose.state import settings
 
-    grants = grants or {}
+    grants = dict(grants or {})
+    _tracing(job, grants.pop("trace", False), "run" if job.run_id is None else "resume")
     env = settings(Path(project))  # read once: .prose/.env, and git when it sets trust keys
     job.work = default_setup(Path(project), env, consent=_consent(as_json, progress),
                              bash=grants.get("allow_bash", False),
@@ -578,6 +582,25 @@ def execute(job: Any, provider: Any, as_json: bool, project: str,
     else:
         _print_outcome(outcome, project)
     sys.exit(outcome.exit_code)
+
+
+def _tracing(job: Any, flag: bool, command: str) -> None:
+    """Trace the run when asked (``--trace``, or an OTLP endpoint in the environment) and
+    the ``openprose[otel]`` extra is there: without it ``--trace`` is refused and an endpoint
+    alone gets a warning (the environment may be set for other programs)."""
+    from openprose.engine.runner import tracing_wanted
+
+    job.trace = flag
+    if not tracing_wanted(flag):
+        return
+    from importlib.util import find_spec
+
+    if find_spec("opentelemetry.sdk") and find_spec("opentelemetry.exporter.otlp.proto.http"):
+        return
+    if flag:
+        _refuse(command, "--trace needs OpenTelemetry: pip install 'openprose[otel]'")
+    click.echo("warning: OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not "
+               "installed (pip install 'openprose[otel]'); the run is not traced", err=True)
 
 
 def _print_outcome(outcome: Any, project: str) -> None:

@@ -9,8 +9,10 @@ from typing import Any
 import click
 
 from openprose.cli.common import (
+    Col,
     console,
     emit_json,
+    fitted_table,
     json_option,
     plain,
     project_option,
@@ -36,9 +38,18 @@ def duration(started: str, updated: str, running: bool) -> float | None:
     return max(0.0, (end - start).total_seconds())
 
 
+def run_time(started: str, updated: str, running: bool) -> str:
+    """How long a run took (or has run), as shown: its stamps are whole seconds, so a run
+    shorter than one reads ``<1s``."""
+    seconds = duration(started, updated, running)
+    return "<1s" if seconds is not None and seconds < 1 else human_duration(seconds)
+
+
 def human_duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
     if seconds < 60:
         return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
     minutes, secs = divmod(int(seconds), 60)
@@ -53,7 +64,7 @@ def human_duration(seconds: float | None) -> str:
 
 def run_rows(opened: list[Any]) -> list[dict[str, Any]]:
     from openprose.state import StateError
-    from openprose.state.view import usage_of
+    from openprose.state.view import run_journal, usage_of
 
     rows = []
     for store in opened:
@@ -64,7 +75,7 @@ def run_rows(opened: list[Any]) -> list[dict[str, Any]]:
             continue
         for record in records:
             try:
-                usage = usage_of(store.read_journal(record.id))
+                usage = usage_of(run_journal(store, record.id))
             except StateError:
                 usage = None
             running = record.status == "running"
@@ -90,7 +101,6 @@ def run_rows(opened: list[Any]) -> list[dict[str, Any]]:
 def runs_command(limit: int, backend: str | None, as_json: bool, project: Path) -> None:
     """List the project's runs, newest first: status, start, duration, sessions, tokens."""
     from rich import box
-    from rich.table import Table
 
     with stores(project, backend, "runs") as opened:
         rows = run_rows(opened)[:limit]
@@ -101,22 +111,16 @@ def runs_command(limit: int, backend: str | None, as_json: bool, project: Path) 
     if not rows:
         out.print("no runs yet (start one with `prose run FILE`)")
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1),
-                  collapse_padding=True)
-    table.add_column("run", no_wrap=True)
-    table.add_column("program", overflow="ellipsis", no_wrap=True, max_width=14)
-    table.add_column("status", no_wrap=True)
-    table.add_column("started", no_wrap=True)
-    table.add_column("time", justify="right", no_wrap=True)
-    table.add_column("sess", justify="right", no_wrap=True)
-    table.add_column("tokens", justify="right", no_wrap=True)
-    for row in rows:
-        started = (row["started"] or "")[5:16].replace("T", " ")
-        table.add_row(row["run_id"], plain(Path(row["program"] or "(inline)").name),
-                      styled(row["status"]), started, human_duration(row["duration_s"]),
-                      "?" if row["sessions"] is None else str(row["sessions"]),
-                      "?" if row["tokens"] is None else _count(row["tokens"]))
-    out.print(table)
+    columns = [Col("run"), Col("program", drop=3, least=8), Col("status"),
+               Col("started", drop=6), Col("time", "right", drop=2),
+               Col("sess", "right", drop=5), Col("tokens", "right", drop=4)]
+    cells = [[row["run_id"], plain(Path(row["program"] or "(inline)").name),
+              styled(row["status"]), (row["started"] or "")[5:16].replace("T", " "),
+              run_time(row["started"], row["updated"], row["status"] == "running"),
+              "?" if row["sessions"] is None else str(row["sessions"]),
+              "?" if row["tokens"] is None else _count(row["tokens"])] for row in rows]
+    out.print(fitted_table(out, columns, cells, box=box.SIMPLE_HEAD, pad_edge=False,
+                           show_edge=False, padding=(0, 1), collapse_padding=True))
 
 
 def _count(number: int) -> str:

@@ -15,10 +15,13 @@ from typing import Any
 import click
 
 from openprose.cli.common import (
+    USAGE,
+    Col,
     console,
     emit_json,
     fail,
     find_run,
+    fitted_table,
     json_option,
     plain,
     project_option,
@@ -26,7 +29,7 @@ from openprose.cli.common import (
     stores,
     styled,
 )
-from openprose.cli.runs_cmd import duration, human_duration
+from openprose.cli.runs_cmd import human_duration, run_time
 from openprose.terminal import printable
 
 GROUP_AT = 4  # a statement run this many times or more gets one summary row
@@ -56,7 +59,7 @@ def show_command(run_id: str, binding: str | None, backend: str | None, as_json:
     """Show run RUN (an id, a unique prefix of one, or `latest`): status, timeline, active
     constructs, bindings, agents, tokens and errors. With BINDING (NAME or NAME@N), print
     that binding's value."""
-    from openprose.state import StateError
+    from openprose.state import InvalidNameError, NotFoundError, StateError
     from openprose.state.view import load_view
 
     with stores(project, backend, "show") as opened:
@@ -68,6 +71,8 @@ def show_command(run_id: str, binding: str | None, backend: str | None, as_json:
             view = load_view(store, found)
             segments = {agent: store.segment_count(found, agent)
                         for agent, _ in view.agents}
+        except (NotFoundError, InvalidNameError) as err:
+            fail("show", str(err), USAGE)
         except StateError as err:
             fail("show", str(err))
     if as_json:
@@ -107,7 +112,7 @@ def _print_view(view: Any, segments: dict[Any, int]) -> None:
     from openprose.state.render import active_constructs
 
     out = console()
-    took = human_duration(duration(view.started, view.updated, not view.finished))
+    took = run_time(view.started, view.updated, not view.finished)
     out.print(f"[bold]run {view.id}[/]  {styled(view.status)}")
     out.print(f"program  {plain(view.program_path or '(inline)')}  ({view.backend})")
     out.print(f"started  {view.started}  ·  {'ran' if view.finished else 'running'} {took}")
@@ -166,7 +171,6 @@ def _detail(step: Any) -> str:
 
 def _timeline(out: Any, view: Any) -> None:
     from rich import box
-    from rich.table import Table
 
     if not view.steps:
         out.print("no steps recorded yet\n")
@@ -174,13 +178,7 @@ def _timeline(out: Any, view: Any) -> None:
     groups: dict[tuple[str, str], list[Any]] = {}
     for step in view.steps:
         groups.setdefault((_ITERATION.sub("[*]", step.key), step.kind), []).append(step)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title_justify="left",
-                  title="[bold]timeline[/]")
-    table.add_column("line", justify="right", no_wrap=True)
-    table.add_column("statement", no_wrap=True, overflow="ellipsis", max_width=26)
-    table.add_column("status", no_wrap=True)
-    table.add_column("time", justify="right", no_wrap=True)
-    table.add_column("detail", overflow="ellipsis", no_wrap=True)
+    rows: list[list[str]] = []
     for (_, kind), steps in groups.items():
         first = steps[0]
         what = _statement(view, first.line) if first.line else first.key
@@ -189,8 +187,8 @@ def _timeline(out: Any, view: Any) -> None:
         if len(steps) < GROUP_AT:
             for step in steps:
                 took = "" if step.duration is None else human_duration(step.duration)
-                table.add_row(str(step.line or ""), plain(what), styled(step.status), took,
-                              plain(_detail(step)))
+                rows.append([str(step.line or ""), plain(what), styled(step.status), took,
+                             plain(_detail(step))])
             continue
         states = Counter(step.status for step in steps)
         times = [s.duration for s in steps if s.duration is not None]
@@ -199,9 +197,12 @@ def _timeline(out: Any, view: Any) -> None:
         failed = next((s for s in steps if s.status == "failed"), None)
         detail = f"first error: {failed.error}" if failed and failed.error else \
             _detail(steps[-1]) if kind == "verdict" else ""
-        table.add_row(str(first.line or ""), plain(f"{what} ×{len(steps)}"), summary, took,
-                      plain(detail))
-    out.print(table)
+        rows.append([str(first.line or ""), plain(f"{what} ×{len(steps)}"), summary, took,
+                     plain(detail)])
+    columns = [Col("line", "right"), Col("statement", drop=3, least=16), Col("status"),
+               Col("time", "right", drop=2), Col("detail", drop=4, least=30)]
+    out.print(fitted_table(out, columns, rows, box=box.SIMPLE_HEAD, pad_edge=False,
+                           show_edge=False, title_justify="left", title="[bold]timeline[/]"))
     out.print()
 
 
@@ -240,7 +241,6 @@ def _tool_calls(out: Any, view: Any) -> None:
 
 def _bindings(out: Any, view: Any) -> None:
     from rich import box
-    from rich.table import Table
 
     if not view.bindings:
         return
@@ -251,26 +251,23 @@ def _bindings(out: Any, view: Any) -> None:
         if many and (info.ref.execution_id is not None or re.fullmatch(r"anon_\d+", name)):
             name = "anon_*" if name.startswith("anon_") else f"{name}@*"
         rows.setdefault(name if many else f"{info.ref.name}@{info.ref.eid}", []).append(info)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title_justify="left",
-                  title="[bold]bindings[/]")
-    table.add_column("name", no_wrap=True, overflow="ellipsis", max_width=20)
-    table.add_column("kind", no_wrap=True)
-    table.add_column("scope", no_wrap=True)
-    table.add_column("size", justify="right", no_wrap=True)
-    table.add_column("preview", no_wrap=True, overflow="ellipsis")
+    cells: list[list[str]] = []
     for members in rows.values():
         if len(members) == 1:
             info = members[0]
             scope = f"exec {info.ref.execution_id}" if info.ref.execution_id else "root"
-            table.add_row(plain(info.ref.name), info.kind, scope, _size(info.size),
-                          plain(info.preview or ""))
+            cells.append([plain(info.ref.name), info.kind, scope, _size(info.size),
+                          plain(info.preview or "")])
             continue
         total = sum(m.size or 0 for m in members)
         kinds = "/".join(sorted({m.kind for m in members}))
         base = members[0].ref.name if members[0].ref.execution_id else "anon_*"
-        table.add_row(plain(f"{base} ×{len(members)}"), kinds, "many", _size(total),
-                      plain(members[-1].preview or ""))
-    out.print(table)
+        cells.append([plain(f"{base} ×{len(members)}"), kinds, "many", _size(total),
+                      plain(members[-1].preview or "")])
+    columns = [Col("name"), Col("kind", drop=3), Col("scope", drop=4),
+               Col("size", "right", drop=5), Col("preview", drop=2, least=30)]
+    out.print(fitted_table(out, columns, cells, box=box.SIMPLE_HEAD, pad_edge=False,
+                           show_edge=False, title_justify="left", title="[bold]bindings[/]"))
     out.print()
 
 

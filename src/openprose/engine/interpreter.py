@@ -194,11 +194,25 @@ class Interpreter(NodeVisitor):
         return value
 
     async def stmt(self, node: n.Node, ctx: Ctx, target: Target | None = None) -> Value:
-        self.emit("statement", ctx.path, node)
+        self.emit("statement", ctx.path, node,
+                  type(node.expr if isinstance(node, n.ExprStmt) else node).__name__)
+        failure = ""
         try:
             return await self.visit(node, ctx, target)
         except ProgramError as err:
-            raise err.located(node.span, self.file) from None
+            located = err.located(node.span, self.file)
+            failure = str(located)
+            raise located from None
+        except _Return:
+            raise
+        except asyncio.CancelledError:
+            failure = "cancelled"
+            raise
+        except BaseException as err:  # paused, over budget: the statement stops
+            failure = str(err) or type(err).__name__
+            raise
+        finally:
+            self.emit("statement_end", ctx.path, node, failure)
 
     prefix = "v_"  # NodeVisitor: visit(node, ctx, target) calls v_<Node>(node, ctx, target)
 
@@ -208,9 +222,10 @@ class Interpreter(NodeVisitor):
     def generic_visit(self, node: n.Node, *args: object, **kwargs: object) -> None:
         raise TypeError(f"the engine does not run {type(node).__name__} nodes")
 
-    def emit(self, kind: str, key: str, node: n.Node, text: str = "", tokens: int = 0) -> None:
+    def emit(self, kind: str, key: str, node: n.Node, text: str = "", tokens: int = 0,
+             **detail: Any) -> None:
         if self.options.listener is not None:
-            self.options.listener(Event(kind, key, node.span.line, text, tokens))
+            self.options.listener(Event(kind, key, node.span.line, text, tokens, **detail))
 
     def source_of(self, node: n.Node) -> str:
         return "\n".join(self.lines[node.span.line - 1 : node.span.end_line])
@@ -424,7 +439,8 @@ class Interpreter(NodeVisitor):
         work = self.work_tools(node, ctx, permissions, merged.skills)
         policy = RetryPolicy(merged.retries, merged.backoff, self.options.retry_base_delay)
         self.totals.in_flight += 1
-        self.emit("session_start", ctx.path, node, prompt[:120])
+        self.emit("session_start", ctx.path, node, prompt[:120], model=merged.model,
+                  content=prompt)
         failures: list[str] = []
         try:
             for attempt in range(1, policy.attempts + 1):
@@ -435,9 +451,11 @@ class Interpreter(NodeVisitor):
                     permissions=permissions, work=work, failures=tuple(failures))
                 try:
                     async with self.semaphore:
+                        self.emit("session_call", ctx.path, node, f"attempt {attempt}")
                         called = time.monotonic()
                         result = await self.provider.run_session(request, handle.io)
                         self.totals.note_call(time.monotonic() - called)
+                    self.emit("session_called", ctx.path, node)
                     break
                 except ProviderError as err:
                     if not err.retryable or attempt == policy.attempts:
@@ -446,7 +464,8 @@ class Interpreter(NodeVisitor):
                         raise SessionFailed(f"session failed after {attempt} attempt(s): "
                                             f"{err}") from err
                     failures.append(str(err))
-                    self.emit("session_retry", ctx.path, node, f"attempt {attempt + 1}")
+                    self.emit("session_retry", ctx.path, node, f"attempt {attempt + 1}",
+                              content=str(err))
                     await self.options.sleep(policy.delay(attempt))
         except asyncio.CancelledError:
             handle.abort("cancelled")
@@ -462,7 +481,8 @@ class Interpreter(NodeVisitor):
         self.totals.sessions += 1
         self.totals.usage += result.usage
         tokens = result.usage.input_tokens + result.usage.output_tokens
-        self.emit("session_end", ctx.path, node, tokens=tokens)
+        self.emit("session_end", ctx.path, node, tokens=tokens, usage=result.usage,
+                  content=output or "")
         return output
 
     def permissions(self, node: n.Session, ctx: Ctx) -> Permissions | None:
@@ -571,15 +591,21 @@ class Interpreter(NodeVisitor):
                                           node.span.line, budget)
         context, read = judging.context_items(self.visible(ctx.scope, last, round_), budget)
         request = JudgeRequest(key, text, options, context, round_, program, read)
+        self.emit("judging", key, node, text)
         try:
             async with self.semaphore:
                 verdict = await self.provider.judge(request)
         except ProviderError as err:
+            self.emit("verdict_failed", key, node, str(err))
             raise SessionFailed(f"judging {text[:60]!r} failed: {err}") from err
+        except asyncio.CancelledError:
+            self.emit("verdict_failed", key, node, "cancelled")
+            raise
         self.journal.record_verdict(key, digest, verdict.value, verdict.reason,
                                     self.source_of(node), node.span.line)
         self.totals.usage += verdict.usage
-        self.emit("verdict", key, node, f"{verdict.value}: {verdict.reason}")
+        self.emit("verdict", key, node, f"{verdict.value}: {verdict.reason}",
+                  usage=verdict.usage)
         return verdict.value
 
     def visible(self, scope: Scope, last: Value, round_: int) -> Iterator[judging.Seen]:

@@ -1,4 +1,5 @@
-"""A live progress line for terminals: current statement, sessions done/in flight, tokens."""
+"""A live progress line for terminals: current statement, sessions done, in flight (calling
+the model, at most ``--max-concurrency``) and queued for a slot, tokens."""
 
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ class ProgressLine:
 
     def __init__(self, source: str) -> None:
         self.lines = source.splitlines()
-        self.done = self.reused = self.in_flight = self.tokens = 0
+        self.done = self.reused = self.tokens = 0
         self.current = ""
+        #: Keys of the sessions started and not ended, and of those calling the model now.
+        self.started: set[str] = set()
+        self.calling: set[str] = set()
         self.live = Live(Text(""), console=Console(stderr=True), refresh_per_second=8,
                          transient=True)
 
@@ -47,12 +51,21 @@ class ProgressLine:
             statement = printable(self.lines[event.line - 1].strip()[:60])
             self.current = f"line {event.line}: {statement}"
         elif event.kind == "session_start":
-            self.in_flight += 1
+            self.started.add(event.key)
+        elif event.kind == "session_call":
+            self.calling.add(event.key)
+        elif event.kind in ("session_called", "session_retry"):  # recording, or waiting
+            self.calling.discard(event.key)
         elif event.kind in ("session_end", "session_failed"):
-            self.in_flight -= 1
+            self.started.discard(event.key)
+            self.calling.discard(event.key)
             self.done += event.kind == "session_end"
             self.tokens += event.tokens
         elif event.kind == "session_reused":
             self.reused += 1
-        self.live.update(Text(f"{self.current}\nsessions: {self.done} done, {self.in_flight} "
-                              f"in flight, {self.reused} reused · tokens: {self.tokens:,}"))
+        self.live.update(Text(self.text()))
+
+    def text(self) -> str:
+        queued = len(self.started) - len(self.calling)
+        return (f"{self.current}\nsessions: {self.done} done, {len(self.calling)} in flight, "
+                f"{queued} queued, {self.reused} reused · tokens: {self.tokens:,}")

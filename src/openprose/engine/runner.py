@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from openprose.engine.values import Value
 from openprose.engine.work_tools import WorkSetup, default_setup
 from openprose.language import compile as compile_program
 from openprose.language import nodes as n
+from openprose.state.view import run_journal, usage_of
 
 
 @dataclass
@@ -65,6 +67,11 @@ class Job:
     work: WorkSetup | None = None
     #: The run's token and cost limits.
     budget: RunBudget | None = None
+    #: Trace the run with OpenTelemetry even without an OTLP endpoint in the environment
+    #: (``prose run --trace``; see :mod:`openprose.engine.tracing`).
+    trace: bool = False
+    #: How the run is driven, as its trace names it: run, guided or delegated.
+    mode: str = "run"
 
 
 @dataclass
@@ -285,6 +292,47 @@ def _release(job: Job) -> None:
 async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Provider,
                  listener: Listener | None, on_start: Callable[[str], None] | None,
                  resumed: bool) -> Outcome:
+    """Interpret the run, traced when tracing is wanted (:mod:`openprose.engine.tracing`,
+    imported only then)."""
+    if not tracing_wanted(job.trace):
+        return await _interpret(job, store, run, provider, listener, on_start, resumed)
+    from openprose.engine import tracing
+
+    previous = run.journal(tracing.TRACE_KEY)
+    try:
+        trace = tracing.start(run.id, job.file, provider.name,
+                              getattr(provider, "default_model", None),
+                              previous.meta if previous is not None and resumed else None,
+                              job.mode)
+    except ImportError:  # no openprose[otel]: the command line said so already
+        return await _interpret(job, store, run, provider, listener, on_start, resumed)
+    run.record_result(tracing.TRACE_KEY, status="trace", meta=trace.carrier())
+    outcome: Outcome | None = None
+    try:
+        with trace.active():
+            outcome = await _interpret(job, store, run, provider, _both(trace, listener),
+                                       on_start, resumed)
+        return outcome
+    finally:
+        if outcome is None:
+            trace.end("interrupted", "interrupted")
+        else:
+            trace.end(outcome.status, outcome.error, outcome.sessions, outcome.tokens)
+        await asyncio.shield(asyncio.to_thread(trace.flush))
+
+
+def tracing_wanted(flag: bool = False) -> bool:
+    """Whether a run is traced (``flag``: ``--trace``); cheap, imports nothing."""
+    return flag or any(os.environ.get(name) for name in TRACE_ENDPOINTS)
+
+
+#: Environment variables that turn tracing on (the OTLP exporter's own endpoint settings).
+TRACE_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+async def _interpret(job: Job, store: state.StateStore, run: state.Run, provider: Provider,
+                     listener: Listener | None, on_start: Callable[[str], None] | None,
+                     resumed: bool) -> Outcome:
     if job.settings:
         how = {**job.settings, "backend": store.kind}
         if how != job.recorded:
@@ -302,8 +350,8 @@ async def _drive(job: Job, store: state.StateStore, run: state.Run, provider: Pr
         options.work = job.work or default_setup(job.project_root)
     if options.budget is None and job.budget is not None:
         options.budget = job.budget
-    if options.budget is not None:
-        spent = run.usage_totals()
+    if options.budget is not None:  # what it spent before, in the programs it imported too
+        spent = usage_of(run_journal(store, run.id))
         options.budget.spent = Usage(spent.input_tokens, spent.output_tokens, spent.cost_usd)
     outcome = Outcome(run.id, "failed")
 

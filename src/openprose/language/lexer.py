@@ -88,6 +88,9 @@ class Lexer:
         self.tokens: list[Token] = []
         self.diagnostics: list[Diagnostic] = []
         self.indents = [0]
+        #: The same indents with each tab as one column: where the two orders disagree, the
+        #: meaning of a line depends on how wide a tab is (tabs mixed with spaces).
+        self.narrow = [0]
         self.brackets: list[tuple[str, Span]] = []
 
     # ------------------------------------------------------------------ helpers
@@ -178,9 +181,10 @@ class Lexer:
     def handle_indentation(self) -> bool:
         """Measure the indent of a new line. Returns False if the line was blank (consumed)."""
         start = self.pos
-        width = 0
+        width = narrow = 0
         while self.pos < len(self.src) and self.src[self.pos] in " \t\f":
             width = (width // TAB_SIZE + 1) * TAB_SIZE if self.src[self.pos] == "\t" else width + 1
+            narrow += 1
             self.advance()
         rest = self.src[self.pos:self.pos + 2]
         if self.pos >= len(self.src) or rest[:1] in ("\n", "#"):
@@ -195,19 +199,29 @@ class Lexer:
             # The continued expression may have closed blocks of properties; close those only.
             while width < self.indents[-1]:
                 self.indents.pop()
+                self.narrow.pop()
                 self.emit(T.DEDENT, "", line_span)
             return True
+        if _order(width, self.indents[-1]) != _order(narrow, self.narrow[-1]):
+            self.error("E005", "this line's indentation mixes tabs and spaces with the lines "
+                       f"before it: a tab counts as {TAB_SIZE} columns, so the line is not "
+                       "nested as it looks; indent with spaces only", line_span)
+            self.advance(len(self.src) - self.pos)  # the rest would be read at the wrong depth
+            return False
         if width > self.indents[-1]:
             self.indents.append(width)
+            self.narrow.append(narrow)
             self.emit(T.INDENT, self.src[start:self.pos], line_span)
         elif width < self.indents[-1]:
             while width < self.indents[-1]:
                 self.indents.pop()
+                self.narrow.pop()
                 self.emit(T.DEDENT, "", line_span)
             if width != self.indents[-1]:
                 self.error("E005", "inconsistent indentation: this line does not line up with any "
                            "enclosing block", line_span)
                 self.indents.append(width)
+                self.narrow.append(narrow)
         return True
 
     # ------------------------------------------------------------------ operators
@@ -331,6 +345,10 @@ class Lexer:
                        Span(line, col, line, col + (3 if triple else 1)))
         raw = self.src[raw_start:self.pos]
         self.emit(T.STRING, raw, span, parts=tuple(_merge(parts)), triple=triple)
+
+
+def _order(a: int, b: int) -> int:
+    return (a > b) - (a < b)
 
 
 def _merge(parts: list[str | Interpolation]) -> list[str | Interpolation]:

@@ -10,8 +10,9 @@ Codes follow docs/diagnostics.md. Name rules, chosen so every real program passe
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from openprose.language import nodes as n
@@ -316,7 +317,8 @@ class Validator(NodeVisitor):
                        "cannot be reassigned; declare it with let instead", stmt.span)
         elif name not in self.declared:
             self.error("E029", f"assignment to undeclared variable '{name}': declare it first "
-                       f"with 'let {name} = ...'", stmt.span)
+                       f"with 'let {name} = ...'{did_you_mean(name, self.declared, '; or ')}",
+                       stmt.span)
 
     def parallel(self, par: n.Parallel, scope: frozenset[str], in_catch: bool) -> None:
         if par.join not in JOINS:
@@ -432,7 +434,11 @@ class Validator(NodeVisitor):
             return
         if name in self.agents:
             return  # an agent named as context: its memory
-        self.error("E029", f"undefined variable '{name}'", span)
+        self.error("E029", f"undefined variable '{name}'{self.closest(name, scope)}", span)
+
+    def closest(self, name: str, scope: frozenset[str]) -> str:
+        """``; did you mean 'x'?`` naming the defined name closest to ``name`` (if any)."""
+        return did_you_mean(name, scope | self.declared | set(self.uses), "; ")
 
     def member(self, node: n.Member, scope: frozenset[str]) -> None:
         self.expr(node.obj, scope)
@@ -457,7 +463,8 @@ class Validator(NodeVisitor):
                 self.warn("W018", f"'{{{root}}}' names no variable, so it stays as literal text "
                           "(write \\{ for a literal brace)", part.span)
             else:
-                self.error("E029", f"undefined variable '{root}' in interpolation", part.span)
+                self.error("E029", f"undefined variable '{root}' in interpolation"
+                           f"{self.closest(root, scope)}", part.span)
 
     def session(self, session: n.Session, scope: frozenset[str]) -> None:
         where = "resume" if session.resume else "session"
@@ -682,3 +689,9 @@ def validate(program: n.Program, path: str | None = None,
     """All static diagnostics for ``program`` (parse errors are reported by the parser);
     ``root``: the project the program belongs to (see :func:`import_base`)."""
     return Validator(program, path, root).run()
+
+
+def did_you_mean(name: str, known: Iterable[str], lead: str) -> str:
+    """``{lead}did you mean 'x'?`` for the name in ``known`` closest to ``name``, or ``""``."""
+    match = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.5)
+    return f"{lead}did you mean '{match[0]}'?" if match else ""

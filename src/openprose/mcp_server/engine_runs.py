@@ -91,6 +91,7 @@ class EngineRun:
 
     def start(self) -> None:
         lines = self.job.source.splitlines()
+        self.job.mode = self.mode  # as its trace names it
         if self.job.work is None:
             self.job.work = default_setup(self.job.project_root, consent=self.ask)
 

@@ -17,9 +17,10 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openprose.engine import EngineError, Interpreter, Options, ProgramError, Usage
+from openprose.engine.events import Event, Listener
 from openprose.engine.journal import Recorded, SessionSpec
 from openprose.engine.values import Value, to_text
 from openprose.errors import OpenProseError
@@ -28,6 +29,9 @@ from openprose.language.analysis import Analysis, Statement
 from openprose.mcp_server.guided import HostProvider, ItemRefused, JudgmentItem, SessionItem
 from openprose.mcp_server.refusal import Refusal
 from openprose.state import BindingRef
+
+if TYPE_CHECKING:
+    from openprose.engine.tracing import RunTrace
 
 #: Event-loop turns without progress after which the interpreter is taken to wait on the host
 #: (every step between two of its waits is in memory: a few turns for task hand-overs).
@@ -253,22 +257,38 @@ class Follower:
     def start(cls, outline: Analysis, source: str, file: str,
               inputs: dict[str, str], has_memory: Callable[[str], bool],
               replay: Replay | None = None, on_failure: Callable[[], None] | None = None,
-              on_input: Callable[[BindingRef, str, str], None] | None = None) -> Follower:
-        """Follow the program ``outline`` was made of (compiled from ``source``)."""
+              on_input: Callable[[BindingRef, str, str], None] | None = None,
+              trace: RunTrace | None = None) -> Follower:
+        """Follow the program ``outline`` was made of (compiled from ``source``); ``trace``
+        (when the server traces runs) gets the followed program's events."""
         program = outline.program
         assert program is not None  # an analysis of a compiled program keeps it
         follower = cls(outline, on_failure=on_failure, on_input=on_input)
         follower.journal = _Journal(follower, has_memory, replay or Replay())
+        listener: Listener = follower.observe
+        if trace is not None:
+            def listener(event: Event) -> None:
+                follower.observe(event)
+                trace(event)
         options = Options(max_concurrency=FAN_OUT, sleep=_no_sleep, ask=follower.ask,
-                          listener=follower.observe)
+                          listener=listener)
         interpreter = Interpreter(program, source, follower.journal, follower.provider,
                                   file=file, inputs=dict(inputs), options=options)
-        follower.task = asyncio.create_task(follower.drive(interpreter),
-                                            name=f"follow {file}")
+        with trace.active() if trace is not None else contextlib.nullcontext():
+            follower.task = asyncio.create_task(follower.drive(interpreter, trace),
+                                                name=f"follow {file}")
         return follower
 
     # ------------------------------------------------------------------ the interpreter
-    async def drive(self, interpreter: Interpreter) -> None:
+    async def drive(self, interpreter: Interpreter, trace: RunTrace | None = None) -> None:
+        try:
+            await self.interpret(interpreter)
+        finally:
+            if trace is not None:  # the program has ended (or the follower was closed)
+                trace.end(self.outcome or "interrupted", self.error, len(self.done))
+                await asyncio.shield(asyncio.to_thread(trace.flush))
+
+    async def interpret(self, interpreter: Interpreter) -> None:
         try:
             await interpreter.run()
             self.outcome = "completed"

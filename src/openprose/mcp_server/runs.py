@@ -27,14 +27,15 @@ import secrets
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openprose.engine.briefs import Brief
 from openprose.engine.journal import Recorded
-from openprose.engine.runner import run_inputs
+from openprose.engine.runner import run_inputs, tracing_wanted
 from openprose.language import compile as compile_program
 from openprose.language.analysis import Agent, Analysis, Statement, analyze
 from openprose.mcp_server.follow import Follower, Replay
+from openprose.mcp_server.guided import HostProvider
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.resources import RunCatalog
 from openprose.state import (
@@ -54,6 +55,9 @@ from openprose.state import (
     StatementStatus,
     StateSnapshot,
 )
+
+if TYPE_CHECKING:
+    from openprose.engine.tracing import RunTrace
 
 DRIVER_KEY = "mcp:driver"
 STATE_PREFIX = "mcp:state:"
@@ -328,7 +332,21 @@ class DrivenRun:
             return
         self.follower = Follower.start(
             self.outline, self.run.program_source, self.file, run_inputs(self.run, program),
-            self.has_memory, self.replay(), on_failure=self.render, on_input=self.bind_input)
+            self.has_memory, self.replay(), on_failure=self.render, on_input=self.bind_input,
+            trace=self.trace())
+
+    def trace(self) -> RunTrace | None:
+        """A trace of the followed program when the server traces runs (the host's sessions
+        and verdicts are its ``invoke_agent`` and ``chat`` spans); ``None`` otherwise."""
+        if not tracing_wanted():
+            return None
+        from openprose.engine import tracing
+
+        try:
+            return tracing.start(self.run.id, self.file, HostProvider.name, None, None,
+                                 "embodied")
+        except ImportError:  # no openprose[otel]
+            return None
 
     def follow_again(self) -> None:
         """resume_run of a running run whose followed program failed: a fresh follower

@@ -105,6 +105,11 @@ SETTINGS: tuple[Setting, ...] = (
             "before it interrupts them and hands them back (default 30)"),
     Setting("OPENPROSE_MAX_SESSIONS_<PROVIDER>", "sessions of that provider running at once "
             "across every worker (rate limits are per API key, not per machine)"),
+    Setting("OTEL_EXPORTER_OTLP_ENDPOINT", "where runs send OpenTelemetry traces over "
+            "OTLP/HTTP (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT); unset, runs are not traced "
+            "unless `--trace` is given", environment_only=True),
+    Setting("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true: spans carry "
+            "sessions' prompts and answers (never keys or settings)", environment_only=True),
     Setting("OPENPROSE_REGISTRY", "where `handle/slug` programs are fetched from (default "
             "https://p.prose.md)", environment_only=True),
     Setting("OPENPROSE_GITHUB_ARCHIVE", "where `github:owner/repo` skills are downloaded "

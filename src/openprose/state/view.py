@@ -192,6 +192,24 @@ def build_steps(entries: list[JournalEntry], source: str, running: bool) -> list
     return list(steps.values())
 
 
+def run_journal(store: StateStore, run_id: str) -> list[JournalEntry]:
+    """A run's journal with those of the imported programs it called (their runs nested
+    under it, at any depth), in the order they were written: the run's sessions are all of
+    them. An import's keys begin with its call site's path, so its steps are placed at the
+    call."""
+    backend = store.backend
+    entries = backend.read_journal(run_id)
+    pending = backend.list_children(run_id)
+    if not pending:
+        return entries
+    entries = list(entries)
+    while pending:
+        child = pending.pop()
+        entries += backend.read_journal(child)
+        pending += backend.list_children(child)
+    return sorted(entries, key=lambda entry: (entry.meta or {}).get("at") or 0.0)
+
+
 def usage_of(entries: list[JournalEntry]) -> Usage:
     """Sessions, tokens and cost of a run's completed sessions (its latest result per key)."""
     latest: dict[str, JournalEntry] = {}
@@ -220,7 +238,7 @@ def load_view(store: StateStore, run_id: str, *, values: bool = True) -> RunView
     backend = store.backend
     record = backend.load_run(run_id)
     running = record.status not in ENDED
-    entries = backend.read_journal(run_id)
+    entries = run_journal(store, run_id)
     steps = build_steps(entries, record.program_source, running)
     bindings = []
     for binding in backend.list_bindings(run_id):
@@ -274,5 +292,5 @@ def view_of_run(run: Run, live: tuple[StatementStatus, ...] = (), *,
                    {s.line: s for s in live}, run.tool_calls())
 
 
-__all__ = ["BindingInfo", "RunView", "Step", "build_steps", "load_view", "usage_of",
-           "view_of_run"]
+__all__ = ["BindingInfo", "RunView", "Step", "build_steps", "load_view", "run_journal",
+           "usage_of", "view_of_run"]
