@@ -50,6 +50,9 @@ class Step:
     ended_at: float | None = None
     verdict: Any = None
     reason: str = ""
+    #: Intents recorded for the key: more than one when the step was started again (a retry,
+    #: a resumed run).
+    attempts: int = 0
 
     @property
     def duration(self) -> float | None:
@@ -172,6 +175,7 @@ def build_steps(entries: list[JournalEntry], source: str, running: bool) -> list
                                       "executing", placed.enclosing, started_at=at)
         if entry.kind == "intent":
             step.status, step.error, step.started_at, step.ended_at = "executing", None, at, None
+            step.attempts += 1
         elif entry.kind == "result":
             if entry.status == "completed" and entry.binding is None:
                 continue  # a note (such as a step finished inside a block call)
