@@ -49,7 +49,7 @@ def cookie_name(port: int) -> str:
     return f"openprose_ui_{port}"
 
 
-class Gate:
+class TokenGate:
     """ASGI middleware: loopback Host, GET/HEAD only, the token, and the headers."""
 
     def __init__(self, app: ASGIApp, token: str, port: int) -> None:
@@ -166,7 +166,7 @@ def create_app(stores: list[Any], token: str, port: int) -> ASGIApp:
         Route("/runs/{run_id}/events", events),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Gate(Starlette(routes=routes), token, port)
+    return TokenGate(Starlette(routes=routes), token, port)
 
 
 async def _changes(request: Request, store: Any, run_id: str) -> AsyncIterator[str]:
