@@ -3,11 +3,9 @@ fails at line 3 after two sessions whose outputs are hostile HTML."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
-
-from click.testing import CliRunner
-
-from openprose.cli import cli
 
 FAILING = """\
 let notes = session "Collect facts"
@@ -28,12 +26,13 @@ sessions:
 
 
 def run_failing(root: Path, backend: str) -> str:
-    """Run the failing program in ``root`` on ``backend``; its run id."""
+    """Run the failing program in ``root`` on ``backend`` (in a process of its own: a
+    browser test's thread has an event loop running); its run id."""
     (root / "p.prose").write_text(FAILING)
     (root / "s.yaml").write_text(HOSTILE)
-    result = CliRunner().invoke(cli, ["run", str(root / "p.prose"), "--provider", "scripted",
-                                      "--script", str(root / "s.yaml"), "--state", backend,
-                                      "--project", str(root)])
-    assert result.exit_code == 1, result.output
+    result = subprocess.run([str(Path(sys.executable).with_name("prose")), "run", "p.prose",
+                             "--provider", "scripted", "--script", "s.yaml", "--state",
+                             backend], cwd=root, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
     return next(line.split()[1] for line in result.stderr.splitlines()
                 if line.startswith("run ") and line.endswith(" started"))

@@ -47,7 +47,8 @@ def ui_command(project: Path, backend: str | None, port: int, open_browser: bool
             import webbrowser
 
             webbrowser.open(url)
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=1)  # open event streams
         server = uvicorn.Server(config)
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has stopped already
             server.run(sockets=[listener])

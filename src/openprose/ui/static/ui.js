@@ -17,17 +17,25 @@
       const response = await fetch("/runs/" + run + "?" + params.toString(),
                                    {credentials: "same-origin"});
       if (!response.ok) return;
-      const next = document.createElement("div");
+      const next = document.createElement("template");  // inert: nothing loads or runs in it
       next.innerHTML = await response.text();
-      for (const part of next.querySelectorAll("[data-part]")) {
-        const name = part.dataset.part;
-        const old = live.querySelector('[data-part="' + name + '"]');
-        if (!old) live.appendChild(part);
-        else if (old.innerHTML !== part.innerHTML) old.replaceWith(part);
+      const parts = Array.from(next.content.children).filter((el) => el.dataset.part);
+      const names = new Set(parts.map((el) => el.dataset.part));
+      for (const old of Array.from(live.children)) {
+        if (old.dataset.part && !names.has(old.dataset.part)) old.remove();
       }
-      for (const old of live.querySelectorAll("[data-part]")) {
-        if (!next.querySelector('[data-part="' + old.dataset.part + '"]') &&
-            old.parentNode === live) old.remove();
+      let before = null;  // keep the server's order: each part after the previous one
+      for (const part of parts) {
+        const old = live.querySelector(':scope > [data-part="' + part.dataset.part + '"]');
+        if (!old) {
+          if (before) before.after(part); else live.prepend(part);
+          before = part;
+        } else if (old.innerHTML !== part.innerHTML) {
+          old.replaceWith(part);
+          before = part;
+        } else {
+          before = old;
+        }
       }
     } finally {
       busy = false;
