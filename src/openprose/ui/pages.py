@@ -10,6 +10,7 @@ session of a 20,000-session run.
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,7 +180,7 @@ def run_page(store: Any, run_id: str, spage: int, bpage: int) -> dict[str, Any]:
     lines = view.source.split("\n")
     return {
         "view": view,
-        "took": seconds_text(duration(view.started, view.updated, not view.finished)),
+        "took": seconds_text(_took(view)),
         "tokens": view.usage.input_tokens + view.usage.output_tokens,
         "lines": source_lines(view),
         "failed_line": failed_line if view.status == "failed" or view.error else None,
@@ -201,6 +202,16 @@ def run_page(store: Any, run_id: str, spage: int, bpage: int) -> dict[str, Any]:
     }
 
 
+def _took(view: RunView) -> float | None:
+    """The run's time: its record's (stamped to the second), or its steps' span if longer."""
+    took = duration(view.started, view.updated, not view.finished)
+    starts = [s.started_at for s in view.steps if s.started_at is not None]
+    ends = [s.ended_at for s in view.steps if s.ended_at is not None]
+    if starts and ends:
+        took = max(took or 0.0, max(ends) - min(starts))
+    return took
+
+
 def _agent(store: Any, run_id: str, agent: AgentRef, where: str) -> dict[str, Any]:
     try:
         memory = store.backend.read_memory(run_id, agent) or ""
@@ -214,7 +225,8 @@ def _agent(store: Any, run_id: str, agent: AgentRef, where: str) -> dict[str, An
 
 def source_lines(view: RunView) -> list[Line]:
     """The program's lines, each statement's marked with what its steps did."""
-    out = [Line(i, text) for i, text in enumerate(view.source.split("\n"), start=1)]
+    out = [Line(i, text) for i, text in enumerate(view.source.rstrip("\n").split("\n"),
+                                                  start=1)]
     by_line: dict[int, list[Step]] = defaultdict(list)
     for step in view.steps:
         if 0 < step.line <= len(out):
@@ -233,9 +245,9 @@ def source_lines(view: RunView) -> list[Line]:
         if times:
             parts.append(seconds_text(sum(times)) if len(times) == 1
                          else f"{seconds_text(sum(times))} in all")
-        retried = sum(s.attempts - 1 for s in sessions if s.attempts > 1)
-        if retried:
-            parts.append(f"{retried} retr{'y' if retried == 1 else 'ies'}")
+        again = sum(s.attempts - 1 for s in sessions if s.attempts > 1)
+        if again:  # a retry, or a start again after the run was resumed
+            parts.append(f"{again} more attempt{'s' if again > 1 else ''}")
         line.note = " · ".join(parts)
     analysis = program_map(view.source).analysis
     if analysis is not None:
@@ -255,9 +267,10 @@ def timeline(view: RunView) -> dict[str, Any]:
     timed = [s for s in view.steps if s.kind == "session" and s.started_at is not None]
     if not timed:
         return {"rows": [], "height": 0, "span": ""}
-    now = max((s.ended_at or s.started_at or 0.0) for s in timed)
     start = min(s.started_at or 0.0 for s in timed)
-    end = max(now, max(s.ended_at or now for s in timed))
+    end = max((s.ended_at or s.started_at or 0.0) for s in timed)
+    if not view.finished:
+        end = max(end, time.time())  # a session under way reaches to now
     span = max(end - start, 1e-3)
     scale = (WIDTH - LABEL) / span
     lines = view.source.split("\n")
@@ -272,15 +285,17 @@ def timeline(view: RunView) -> dict[str, Any]:
         summary = f"×{len(steps)}" + (f" in {len(rounds)} rounds" if len(rounds) > 1 else "")
         bars: list[Bar] = []
         if len(steps) <= BARS_PER_ROW:
-            lane_end = [-1.0] * LANES
+            placed, lane_end = [], [-1.0] * LANES
             for step in sorted(steps, key=lambda s: s.started_at or 0.0):
                 began = step.started_at or start
                 ended = step.ended_at or end
                 lane = next((i for i, t in enumerate(lane_end) if t <= began), LANES - 1)
                 lane_end[lane] = ended
-                height = (ROW - 4) / LANES
+                placed.append((step, lane, began, ended))
+            height = (ROW - 4) / (1 + max(lane for _, lane, _, _ in placed))
+            for step, lane, began, ended in placed:
                 bars.append(Bar(LABEL + (began - start) * scale, y + 2 + lane * height,
-                                max(2.0, (ended - began) * scale), height - 1,
+                                max(2.0, (ended - began) * scale), max(1.0, height - 1),
                                 _bar_state(step.status),
                                 f"{step.key}: {step.status}, {seconds_text(ended - began)}"))
         else:
@@ -299,7 +314,9 @@ def timeline(view: RunView) -> dict[str, Any]:
                              "done")
                 bars.append(Bar(LABEL + i * width, y + ROW - 2 - height, width - 0.5, height,
                                 state, f"{total} session(s) started here"))
-        rows.append(TimelineRow(f"{number}: {text[:34]}", y, summary, bars))
+        label = f"{number}: {text}"
+        label = label if len(label) <= 26 else label[:25] + "…"
+        rows.append(TimelineRow(label, y, summary, bars))
         y += ROW
     return {"rows": rows, "height": y, "span": seconds_text(span), "label": LABEL,
             "width": WIDTH}
