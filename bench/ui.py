@@ -81,17 +81,29 @@ def _line(label: str, times: list[float]) -> str:
             f"(range {min(times) * 1000:.0f}-{max(times) * 1000:.0f} ms)")
 
 
-def page_loads(backend: str, repeats: int) -> None:
-    root = Path(tempfile.mkdtemp(prefix="openprose-bench-ui-"))
+def page_loads(backend: str, repeats: int, project: Path | None) -> None:
+    root = project or Path(tempfile.mkdtemp(prefix="openprose-bench-ui-"))
     try:
-        run_id, sessions, took = build(root, backend)
-        print(f"{backend}: corpus 28 run {run_id}: {sessions:,} sessions (built in {took:.0f} s)")
+        if project is None:
+            run_id, sessions, took = build(root, backend)
+            print(f"{backend}: corpus 28 run {run_id}: {sessions:,} sessions "
+                  f"(built in {took:.0f} s)")
+        else:
+            with open_store(root, backend) as store:
+                run_id = max(store.list_runs(), key=lambda info: info.started).id
+            print(f"{backend}: run {run_id} of {root}")
         store = open_store(root, backend)
         try:
             client = TestClient(create_app([store], TOKEN, 8000),
                                 base_url="http://127.0.0.1:8000")
-            client.get("/?token=" + TOKEN)
+            started = time.perf_counter()
+            client.get("/?token=" + TOKEN, follow_redirects=False)
+            client.get("/")
+            print(f"  runs page, first visit: {time.perf_counter() - started:.2f} s")
+            started = time.perf_counter()
             page = client.get(f"/runs/{run_id}")
+            print(f"  run page, first visit: {time.perf_counter() - started:.2f} s (reads the "
+                  "whole run; `prose ui` does this for the newest runs as it starts)")
             print(f"  run page: {len(page.content) / 1024:.0f} kB of HTML, "
                   f"{page.text.count('<')} tags")
             binding = next(b for b in store.backend.list_bindings(run_id))
@@ -110,7 +122,8 @@ def page_loads(backend: str, repeats: int) -> None:
         finally:
             store.close()
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if project is None:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def _browser_load(root: Path, backend: str, run_id: str, repeats: int) -> list[float]:
@@ -132,6 +145,7 @@ def _browser_load(root: Path, backend: str, run_id: str, repeats: int) -> list[f
                 "--disable-component-update", "--disable-sync", "--no-first-run"])
             page = browser.new_page()
             page.goto(url)
+            page.goto(f"{base}runs/{run_id}", wait_until="load")  # after the server's warm-up
             times = []
             for _ in range(repeats):
                 started = time.perf_counter()
@@ -192,12 +206,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--project", type=Path,
+                        help="measure the newest run of this project instead of building one")
+    parser.add_argument("--no-live", action="store_true", help="skip the live delay")
     args = parser.parse_args()
     if not (CORPUS / "28-gas-town.prose").is_file():
         raise SystemExit(f"corpus not found at {CORPUS} (set OPENPROSE_CORPUS)")
     for backend in args.backends.split(","):
-        page_loads(backend, args.repeats)
-    for backend in args.backends.split(","):
+        page_loads(backend, args.repeats, args.project)
+    for backend in [] if args.no_live else args.backends.split(","):
         live_delays(backend, args.sessions, args.latency)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from starlette.testclient import TestClient
+from tests.cli.conftest import run_id_of
 from tests.cli.ui_runs import run_failing
 
 from openprose.state import open_store
@@ -68,3 +69,17 @@ def test_a_failed_runs_pages(served) -> None:
     events = client.get(f"/runs/{run_id}/events")
     assert events.headers["content-type"].startswith("text/event-stream")
     assert "event: change\ndata: failed" in events.text and "event: end" in events.text
+
+
+def test_a_run_stopped_by_its_budget(project) -> None:
+    result = project.run('let a = session "one"\nlet b = session "two"\n'
+                         'let c = session "three"\n', "default_output: some words of output\n",
+                         "--max-tokens", "8")
+    assert result.exit_code == 4, result.output
+    run_id = run_id_of(result)
+    with open_store(project.root, project.backend) as store:
+        client = TestClient(create_app([store], TOKEN, 8765), base_url=BASE)
+        page = client.get(f"/runs/{run_id}?token={TOKEN}").text
+    assert "of 8 tokens" in page.split('id="budget">')[1].split("<")[0]
+    assert 'id="over-budget">Stopped over budget: budget reached' in page
+    assert 'id="L3" class="line st-pending"' in page  # a higher budget may still get there

@@ -98,8 +98,10 @@ class TokenGate:
         return hmac.compare_digest(given.encode(), self.token.encode())
 
 
-def create_app(stores: list[Any], token: str, port: int) -> ASGIApp:
+def create_app(stores: list[Any], token: str, port: int,
+               cache: pages.Cache | None = None) -> ASGIApp:
     """The view of ``stores`` (opened by the caller, who closes them)."""
+    cache = cache if cache is not None else pages.Cache()
     env = Environment(loader=FileSystemLoader(HERE / "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True),
                       trim_blocks=True, lstrip_blocks=True)
@@ -114,7 +116,8 @@ def create_app(stores: list[Any], token: str, port: int) -> ASGIApp:
 
     def runs(request: Request) -> Response:
         data = pages.run_list(stores, request.query_params.get("status", ""),
-                              request.query_params.get("program", ""), number(request, "page"))
+                              request.query_params.get("program", ""), number(request, "page"),
+                              cache)
         return render("runs.html", **data)
 
     def store_of(run_id: str) -> Any:
@@ -128,7 +131,7 @@ def create_app(stores: list[Any], token: str, port: int) -> ASGIApp:
         fragment = request.query_params.get("part") == "live"
         try:
             store = store_of(run_id)
-            data = pages.run_page(store, run_id, number(request, "spage"),
+            data = pages.run_page(cache, store, run_id, number(request, "spage"),
                                   number(request, "bpage"))
         except (LookupError, StateError) as err:
             return render("missing.html", 404, message=str(err))

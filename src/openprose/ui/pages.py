@@ -10,15 +10,16 @@ session of a 20,000-session run.
 from __future__ import annotations
 
 import re
+import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from openprose.cli.runs_cmd import duration, human_duration
 from openprose.state import BindingRef, StateError
-from openprose.state.models import AgentRef
+from openprose.state.models import AgentRef, Usage
 from openprose.state.program_map import program_map
 from openprose.state.render import active_constructs
 from openprose.state.view import ENDED, RunView, Step, load_view, usage_of
@@ -81,7 +82,8 @@ class RunRow:
     cost: float | None = None
 
 
-def run_list(stores: list[Any], status: str, program: str, page: int) -> dict[str, Any]:
+def run_list(stores: list[Any], status: str, program: str, page: int, cache: Cache
+             ) -> dict[str, Any]:
     """The runs of every store, newest first, filtered; usage read for the page shown only."""
     found: list[tuple[Any, Any]] = []
     problems = []
@@ -102,7 +104,7 @@ def run_list(stores: list[Any], status: str, program: str, page: int) -> dict[st
                      seconds_text(duration(record.started, record.updated,
                                            record.status not in ENDED)))
         try:
-            usage = usage_of(store.read_journal(record.id))
+            usage = cache.usage(store, record)
             row.sessions, row.cost = usage.sessions, usage.cost_usd
             row.tokens = usage.input_tokens + usage.output_tokens
         except StateError:
@@ -157,12 +159,89 @@ def find_store(stores: list[Any], run_id: str) -> Any | None:
     return None
 
 
-def run_page(store: Any, run_id: str, spage: int, bpage: int) -> dict[str, Any]:
-    """Everything the run page shows (``spage``/``bpage``: the sessions and bindings pages)."""
+class Cache:
+    """Views of ended runs, kept while their record (status, update time, error) stays the
+    same: an ended run changes only when it is resumed, which changes its record. A big run's
+    journal is read once, not on every page. Running runs are read afresh each time."""
+
+    KEEP = 8  # views kept (the least recently used goes first)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._views: OrderedDict[tuple[str, str], tuple[tuple[Any, ...], dict[str, Any]]] = \
+            OrderedDict()
+        self._usage: dict[tuple[str, str], tuple[tuple[Any, ...], Usage]] = {}
+
+    def summary(self, store: Any, run_id: str) -> dict[str, Any]:
+        key = (store.kind, run_id)
+        mark = _record_mark(store.backend.load_run(run_id))
+        with self._lock:
+            kept = self._views.get(key)
+            if kept is not None and kept[0] == mark:
+                self._views.move_to_end(key)
+                return kept[1]
+        data = summarize(store, run_id)
+        if data["view"].finished and _record_mark(store.backend.load_run(run_id)) == mark:
+            with self._lock:
+                self._views[key] = (mark, data)
+                self._usage[key] = (mark, data["view"].usage)
+                while len(self._views) > self.KEEP:
+                    self._views.popitem(last=False)
+        return data
+
+    def usage(self, store: Any, record: Any) -> Usage:
+        key, mark = (store.kind, record.id), _record_mark(record)
+        with self._lock:
+            kept = self._usage.get(key)
+        if kept is not None and kept[0] == mark:
+            return kept[1]
+        usage = usage_of(store.read_journal(record.id))
+        if record.status in ENDED:
+            with self._lock:
+                self._usage[key] = (mark, usage)
+        return usage
+
+
+def _record_mark(record: Any) -> tuple[Any, ...]:
+    return (record.status, record.updated, record.error)
+
+
+def summarize(store: Any, run_id: str) -> dict[str, Any]:
+    """What a run's page shows whatever page of sessions and bindings it is on."""
     view = load_view(store, run_id, values=False)
-    sessions = sorted((s for s in view.steps if s.kind == "session"),
-                      key=lambda s: (s.started_at or 0.0, s.key))
-    shown, spage, spages = page_of(sessions, spage)
+    failed_line = view.failed_line
+    lines = view.source.split("\n")
+    return {
+        "view": view,
+        "sessions": sorted((s for s in view.steps if s.kind == "session"),
+                           key=lambda s: (s.started_at or 0.0, s.key)),
+        "took": seconds_text(_took(view)),
+        "tokens": view.usage.input_tokens + view.usage.output_tokens,
+        "lines": source_lines(view),
+        "failed_line": failed_line if view.status == "failed" or view.error else None,
+        "failed_text": lines[failed_line - 1].strip()
+        if failed_line and failed_line <= len(lines) else "",
+        "over_budget": bool(view.error and view.error.startswith("budget reached")),
+        "budget": _budget(view),
+        "host_steps": sum(1 for s in view.steps if ":" in s.key),
+        "timeline": timeline(view),
+        "constructs": active_constructs(view),
+        "stack": sorted((f for f in view.frames if f.status == "executing"),
+                        key=lambda f: -f.execution_id)[:20],
+        "refused": sum(1 for e in view.tools if e.status == "refused"),
+        "statement": lambda line: lines[line - 1].strip() if 0 < line <= len(lines) else "",
+        "binding_count": len(view.bindings),
+        "seconds": seconds_text,
+    }
+
+
+def run_page(cache: Cache, store: Any, run_id: str, spage: int, bpage: int
+             ) -> dict[str, Any]:
+    """Everything the run page shows (``spage``/``bpage``: the sessions and bindings pages);
+    binding values, memory and tool calls are read for the page shown only."""
+    data = cache.summary(store, run_id)
+    view = data["view"]
+    shown, spage, spages = page_of(data["sessions"], spage)
     tools: dict[str, list[Any]] = defaultdict(list)
     keys = {step.key for step in shown}
     for entry in view.tools:
@@ -176,30 +255,40 @@ def run_page(store: Any, run_id: str, spage: int, bpage: int) -> dict[str, Any]:
         binding_rows.append({"name": info.ref.name, "eid": info.ref.execution_id,
                              "kind": info.kind, "size": size_text(len(value.encode())),
                              "preview": _preview(value)})
-    failed_line = view.failed_line
-    lines = view.source.split("\n")
-    return {
-        "view": view,
-        "took": seconds_text(_took(view)),
-        "tokens": view.usage.input_tokens + view.usage.output_tokens,
-        "lines": source_lines(view),
-        "failed_line": failed_line if view.status == "failed" or view.error else None,
-        "failed_text": lines[failed_line - 1].strip()
-        if failed_line and failed_line <= len(lines) else "",
-        "over_budget": bool(view.error and view.error.startswith("budget reached")),
-        "host_steps": sum(1 for s in view.steps if ":" in s.key),
-        "timeline": timeline(view),
-        "constructs": active_constructs(view),
-        "stack": sorted((f for f in view.frames if f.status == "executing"),
-                        key=lambda f: -f.execution_id)[:20],
-        "sessions": shown, "spage": spage, "spages": spages, "session_count": len(sessions),
-        "tools": tools, "refused": sum(1 for e in view.tools if e.status == "refused"),
-        "statement": lambda line: lines[line - 1].strip() if 0 < line <= len(lines) else "",
-        "bindings": binding_rows, "bpage": bpage, "bpages": bpages,
-        "binding_count": len(view.bindings),
-        "agents": [_agent(store, run_id, agent, where) for agent, where in view.agents],
-        "seconds": seconds_text,
-    }
+    return {**data, "sessions": shown, "spage": spage, "spages": spages,
+            "session_count": len(data["sessions"]), "tools": tools,
+            "bindings": binding_rows, "bpage": bpage, "bpages": bpages,
+            "agents": [_agent(store, run_id, agent, where) for agent, where in view.agents]}
+
+
+def warm(cache: Cache, stores: list[Any]) -> None:
+    """Read the newest page of runs ahead of the first visit (``prose ui`` calls this in a
+    thread of its own as it starts): their usage, and the views of the ended ones."""
+    for row in run_list(stores, "", "", 1, cache)["rows"]:
+        store = next(s for s in stores if s.kind == row.backend)
+        if row.status in ENDED:
+            try:
+                cache.summary(store, row.id)
+            except StateError:
+                continue
+
+
+def _budget(view: RunView) -> list[str]:
+    """The run's budget and how much of it is used, as the run recorded it."""
+    from openprose.engine.runner import SETTINGS_KEY
+
+    settings = view.notes.get(SETTINGS_KEY)
+    meta = settings.meta if settings is not None else {}
+    used = []
+    if meta.get("max_tokens"):
+        tokens = view.usage.input_tokens + view.usage.output_tokens
+        used.append(f"{tokens:,} of {int(meta['max_tokens']):,} tokens "
+                    f"({100 * tokens / int(meta['max_tokens']):.0f}%)")
+    if meta.get("max_cost"):
+        cost = view.usage.cost_usd
+        used.append(f"${cost:.4f} of ${float(meta['max_cost']):.2f} "
+                    f"({100 * cost / float(meta['max_cost']):.0f}%)")
+    return used
 
 
 def _took(view: RunView) -> float | None:
@@ -254,7 +343,8 @@ def source_lines(view: RunView) -> list[Line]:
         for statement in analysis.statements.values():
             line = out[statement.line - 1] if 0 < statement.line <= len(out) else None
             if line is not None and not line.state and statement.kind == "session":
-                line.state = "skipped" if view.finished else "pending"
+                # an interrupted run (stopped, resumable) may still get there
+                line.state = "skipped" if view.status in ("completed", "failed") else "pending"
     error_line = view.failed_line
     if error_line and view.status == "failed" and 0 < error_line <= len(out):
         out[error_line - 1].state = "failed"
@@ -339,5 +429,7 @@ def change_mark(store: Any, run_id: str) -> tuple[Any, ...]:
     """Something that changes whenever the run records anything: its status and update
     time, the length of its journal and its frames."""
     record = store.backend.load_run(run_id)
-    return (record.status, record.updated, record.error, len(store.read_journal(run_id)),
+    if record.status in ENDED:  # nothing more to count: it changes by being resumed
+        return _record_mark(record)
+    return (*_record_mark(record), len(store.read_journal(run_id)),
             len(store.backend.list_frames(run_id)))
