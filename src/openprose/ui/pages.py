@@ -100,9 +100,9 @@ def run_list(stores: list[Any], status: str, program: str, page: int, cache: Cac
     shown, page, pages = page_of(chosen, page)
     rows = []
     for store, record in shown:
+        took = duration(record.started, record.updated, record.status not in ENDED)
         row = RunRow(record.id, store.kind, _program(record), record.status, record.started,
-                     seconds_text(duration(record.started, record.updated,
-                                           record.status not in ENDED)))
+                     "< 1s" if took == 0 else seconds_text(took))  # stamps to the second
         try:
             usage = cache.usage(store, record)
             row.sessions, row.cost = usage.sessions, usage.cost_usd
