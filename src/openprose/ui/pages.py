@@ -231,6 +231,7 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
         "refused": sum(1 for e in view.tools if e.status == "refused"),
         "statement": lambda line: lines[line - 1].strip() if 0 < line <= len(lines) else "",
         "binding_count": len(view.bindings),
+        "agents": [_agent(store, run_id, agent, where) for agent, where in view.agents],
         "seconds": seconds_text,
     }
 
@@ -238,7 +239,7 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
 def run_page(cache: Cache, store: Any, run_id: str, spage: int, bpage: int
              ) -> dict[str, Any]:
     """Everything the run page shows (``spage``/``bpage``: the sessions and bindings pages);
-    binding values, memory and tool calls are read for the page shown only."""
+    binding values and tool calls are read for the page shown only."""
     data = cache.summary(store, run_id)
     view = data["view"]
     shown, spage, spages = page_of(data["sessions"], spage)
@@ -257,8 +258,7 @@ def run_page(cache: Cache, store: Any, run_id: str, spage: int, bpage: int
                              "preview": _preview(value)})
     return {**data, "sessions": shown, "spage": spage, "spages": spages,
             "session_count": len(data["sessions"]), "tools": tools,
-            "bindings": binding_rows, "bpage": bpage, "bpages": bpages,
-            "agents": [_agent(store, run_id, agent, where) for agent, where in view.agents]}
+            "bindings": binding_rows, "bpage": bpage, "bpages": bpages}
 
 
 def warm(cache: Cache, stores: list[Any]) -> None:
