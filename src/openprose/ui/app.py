@@ -11,6 +11,7 @@ script or style, only this package's static files.
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import AsyncIterator
 from http.cookies import SimpleCookie
 from pathlib import Path
@@ -179,15 +180,19 @@ async def _changes(request: Request, store: Any, run_id: str) -> AsyncIterator[s
     yield "retry: 1000\n\n"
     with Wakeup(run_dir(store, run_id)) as wakeup:
         while not await request.is_disconnected():
+            started = time.monotonic()
             try:
                 mark = await anyio.to_thread.run_sync(pages.change_mark, store, run_id)
             except StateError:
                 yield "event: gone\ndata: \n\n"
                 return
+            cost = time.monotonic() - started
             if mark != last:  # the first too: the page may predate this connection
                 yield f"event: change\ndata: {mark[0]}\n\n"
                 last = mark
             if mark[0] in pages.ENDED:
                 yield "event: end\ndata: \n\n"
                 return
+            # a big run costs time to read: look no more than a fifth of the time
+            await anyio.sleep(min(2.0, 4 * cost))
             await anyio.to_thread.run_sync(wakeup.wait, abandon_on_cancel=True)
