@@ -17,6 +17,9 @@ import pytest
 from tests.cli.ui_runs import run_failing
 
 playwright = pytest.importorskip("playwright.sync_api")
+# what the page waits for comes from other processes (a resumed run starting on a busy
+# machine): waits end on the element, the limit is only for a test that would hang
+playwright.expect.set_options(timeout=120_000)
 CHROMIUM = "/usr/bin/chromium"
 PROSE = str(Path(sys.executable).with_name("prose"))
 ARTIFACTS = Path(os.environ.get("OPENPROSE_TEST_ARTIFACTS")
