@@ -31,7 +31,7 @@ BARS_PER_ROW = 60  # a timeline row with more sessions is drawn as a density str
 BINS = 80  # columns of a density strip
 LANES = 4  # overlapping sessions of one row drawn in up to this many lanes
 WIDTH = 1000  # the timeline's drawing width (SVG units)
-LABEL = 260  # of which the row labels take this much
+LABEL = 300  # of which the row labels take this much
 ROW = 22
 _ITERATION = re.compile(r"\[(\d+)\]")
 #: A line's state from its sessions' states, the first present wins.
@@ -225,7 +225,8 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
         "budget": _budget(view),
         "host_steps": sum(1 for s in view.steps if ":" in s.key),
         "timeline": timeline(view),
-        "constructs": active_constructs(view),
+        "constructs": [(line.startswith(" "), line.strip().removeprefix("- "))
+                       for line in active_constructs(view)],  # (nested, text)
         "stack": sorted((f for f in view.frames if f.status == "executing"),
                         key=lambda f: -f.execution_id)[:20],
         "refused": sum(1 for e in view.tools if e.status == "refused"),
