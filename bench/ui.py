@@ -144,7 +144,7 @@ def _browser_load(root: Path, backend: str, run_id: str, repeats: int) -> list[f
                 "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run"])
             page = browser.new_page()
-            page.goto(url)
+            page.goto(url, timeout=600_000)
             page.goto(f"{base}runs/{run_id}", wait_until="load", timeout=600_000)  # warm-up
             times = []
             for _ in range(repeats):

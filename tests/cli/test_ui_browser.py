@@ -107,6 +107,7 @@ def test_a_failed_run_shows_its_statement_line_and_error_and_runs_nothing(
     expect(page.locator("#run-error")).to_contain_text("boom <b>bold</b>")
     expect(page.locator("#L3")).to_have_class(re.compile(r"\bst-failed\b"))
     expect(page.locator("#L3 .mark")).to_have_text("failed")
+    expect(page.locator("tr.tool.refused")).to_contain_text("REFUSED bash curl")
     # the hostile values are shown as text: no element, no handler, no script ran
     expect(page.locator("table.bindings")).to_contain_text("<script>window.pwned = 1</script>")
     _shot(page, "ui-failed-run.png")

@@ -4,6 +4,7 @@ failed run with hostile values (escaped), a binding's whole value, and the event
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -27,26 +28,31 @@ def served(project) -> Iterator[tuple[TestClient, str]]:
         store.close()
 
 
-def test_the_token_is_required(served) -> None:
-    client, run_id = served
-    assert client.get("/").status_code == 401
-    assert client.get(f"/runs/{run_id}").status_code == 401
-    assert client.get("/?token=wrong").status_code == 401
-    assert client.get("/static/ui.js").status_code == 401
-    entered = client.get("/?token=" + TOKEN, follow_redirects=False)
-    assert entered.status_code == 303 and entered.headers["location"] == "/"
-    cookie = entered.headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
-    page = client.get("/")
-    assert page.status_code == 200 and run_id in page.text
-    for name, value in {"content-security-policy": "script-src 'self'",
-                        "x-content-type-options": "nosniff",
-                        "x-frame-options": "DENY"}.items():
-        assert value in page.headers[name]
-    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
-    # another host name (DNS rebinding) and writing requests are refused, token or not
-    assert client.get("/", headers={"host": "attacker.example:8765"}).status_code == 400
-    assert client.post("/").status_code == 405
+def test_the_token_is_required(tmp_path: Path) -> None:
+    """The gate is the same whatever the backend: checked once, on an empty project."""
+    with open_store(tmp_path, "filesystem") as store:
+        client = TestClient(create_app([store], TOKEN, 8765), base_url=BASE)
+        assert client.get("/").status_code == 401
+        assert client.get("/runs/20260101-000000-abcdef").status_code == 401
+        assert client.get("/?token=wrong").status_code == 401
+        assert client.get("/static/ui.js").status_code == 401
+        entered = client.get("/?token=" + TOKEN, follow_redirects=False)
+        assert entered.status_code == 303 and entered.headers["location"] == "/"
+        cookie = entered.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+        page = client.get("/")
+        assert page.status_code == 200 and "No runs yet" in page.text
+        for name, value in {"content-security-policy": "script-src 'self'",
+                            "x-content-type-options": "nosniff",
+                            "x-frame-options": "DENY"}.items():
+            assert value in page.headers[name]
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        # another host name (DNS rebinding) and writing requests are refused, token or not
+        assert client.get("/", headers={"host": "attacker.example:8765"}).status_code == 400
+        assert client.post("/").status_code == 405
+        assert client.get("/static/ui.js").headers["content-type"].startswith(
+            "text/javascript")
+    assert not (tmp_path / ".prose" / "runs").exists()  # the view wrote nothing
 
 
 def test_a_failed_runs_pages(served) -> None:
@@ -62,6 +68,9 @@ def test_a_failed_runs_pages(served) -> None:
     assert "boom &lt;b&gt;bold&lt;/b&gt;" in page
     assert "<script>window" not in page and "&lt;script&gt;window.pwned = 1" in page
     assert '<svg class="timeline"' in page
+    assert "1 tool call(s) refused" in page
+    assert ('<strong>REFUSED</strong> bash <code>curl https://example.com/&lt;img src=x '
+            'onerror=alert(1)&gt;</code>') in page
     value = client.get(f"/runs/{run_id}/bindings/link").text
     assert "&lt;a href=&#34;javascript:window.pwned = 3&#34;&gt;click&lt;/a&gt;" in value
     assert client.get(f"/runs/{run_id}/bindings/nothing").status_code == 404

@@ -1,5 +1,6 @@
 """Runs for the web view's tests, made by ``prose run`` on the scripted provider: one that
-fails at line 3 after two sessions whose outputs are hostile HTML."""
+fails at line 3 after two sessions whose outputs are hostile HTML, the first making a
+refused tool call (bash, without --allow-bash) and an allowed one."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ sessions:
     fail: 99
     error: "boom <b>bold</b>"
   - match: "^Collect"
+    tools:
+      - bash: "curl https://example.com/<img src=x onerror=alert(1)>"
+      - read: p.prose
     output: "<script>window.pwned = 1</script><img src=x onerror=\\"window.pwned = 2\\">"
   - match: "^Make"
     output: "<a href=\\"javascript:window.pwned = 3\\">click</a>"
