@@ -106,7 +106,6 @@ def create_app(stores: list[Any], token: str, port: int,
     env = Environment(loader=FileSystemLoader(HERE / "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True),
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters["seconds"] = pages.seconds_text
 
     def render(name: str, code: int = 200, /, **data: Any) -> HTMLResponse:
         return HTMLResponse(env.get_template(name).render(**data), code)
@@ -136,17 +135,18 @@ def create_app(stores: list[Any], token: str, port: int,
                                   number(request, "bpage"))
         except (LookupError, StateError) as err:
             return render("missing.html", 404, message=str(err))
-        return render("live.html" if fragment else "run.html", query=request.url.query,
-                      **data)
+        return render("live.html" if fragment else "run.html", **data)
 
     def binding(request: Request) -> Response:
         run_id = request.path_params["run_id"]
         eid_text = request.query_params.get("eid", "")
+        if eid_text and not eid_text.isdigit():
+            return render("missing.html", 404, message=f"eid {eid_text!r}: a block execution "
+                                                       "number (a positive integer)")
         try:
-            eid = int(eid_text) if eid_text else None
-            found = pages.binding_value(store_of(run_id), run_id,
-                                        request.path_params["name"], eid)
-        except (LookupError, StateError, ValueError) as err:
+            found = pages.binding_value(store_of(run_id), run_id, request.path_params["name"],
+                                        int(eid_text) if eid_text else None)
+        except (LookupError, StateError) as err:
             return render("missing.html", 404, message=str(err))
         if found is None:
             return render("missing.html", 404, message=f"run {run_id} has no binding "
