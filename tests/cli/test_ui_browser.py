@@ -44,8 +44,8 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(root: Path) -> Iterator[str]:
-    """``prose ui`` on the project; its address with the token."""
-    proc = subprocess.Popen([PROSE, "ui", "--project", str(root), "--state", "filesystem"],
+    """``prose ui`` on the project (its filesystem and SQLite runs); its address."""
+    proc = subprocess.Popen([PROSE, "ui", "--project", str(root)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()
@@ -122,14 +122,15 @@ def test_a_failed_run_shows_its_statement_line_and_error_and_runs_nothing(
     assert messages == []
 
 
-def _drive(root: Path, held: str | None, run_id: str | None) -> subprocess.Popen:
+def _drive(root: Path, backend: str, held: str | None, run_id: str | None
+           ) -> subprocess.Popen:
     """``prose run`` (or resume) whose session matching ``held`` never answers."""
     name = f"{held or 'quick'}.yaml"
     rule = f"sessions:\n  - match: {held}\n    output: ok\n    latency: 3600\n" if held else ""
     (root / name).write_text(f"default_output: ok\n{rule}")
     head = ["run", "live.prose"] if run_id is None else ["resume", run_id]
     return subprocess.Popen([PROSE, *head, "--provider", "scripted", "--script", name,
-                             "--state", "filesystem"], cwd=root, stdout=subprocess.DEVNULL,
+                             "--state", backend], cwd=root, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -138,23 +139,24 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.communicate()
 
 
-def test_a_running_runs_page_follows_it_without_a_reload(page, server: str,
-                                                         root: Path) -> None:
+@pytest.mark.parametrize("backend", ["filesystem", "sqlite"])  # file events; polling
+def test_a_running_runs_page_follows_it_without_a_reload(page, server: str, root: Path,
+                                                         backend: str) -> None:
     expect = playwright.expect
     (root / "live.prose").write_text(LIVE)
-    driver = _drive(root, "Collect", None)
+    driver = _drive(root, backend, "Collect", None)
     try:
         run_id = driver.stderr.readline().split()[1]
         page.goto(f"{server.split('?')[0]}runs/{run_id}")
         expect(page.locator("#L1")).to_have_class(re.compile(r"\bst-running\b"))
         page.evaluate("window.sameDocument = true")  # a reload would lose it
         _kill(driver)
-        driver = _drive(root, "Summarize", run_id)  # runs lines 1-4, holds line 5
+        driver = _drive(root, backend, "Summarize", run_id)  # runs lines 1-4, holds line 5
         expect(page.locator("#L5")).to_have_class(re.compile(r"\bst-running\b"))
         expect(page.locator("#L3")).to_have_class(re.compile(r"\bst-done\b"))
-        _shot(page, "ui-live-run.png")
+        _shot(page, f"ui-live-run-{backend}.png")
         _kill(driver)
-        driver = _drive(root, None, run_id)
+        driver = _drive(root, backend, None, run_id)
         expect(page.locator("#run-status")).to_have_text("completed")
         expect(page.locator("#L5")).to_have_class(re.compile(r"\bst-done\b"))
         assert page.evaluate("window.sameDocument") is True
