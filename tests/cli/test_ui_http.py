@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 from tests.cli.conftest import run_id_of
-from tests.cli.ui_runs import run_failing
+from tests.cli.ui_runs import FAILING, HOSTILE
 
 from openprose.state import open_store
 from openprose.ui import create_app
@@ -20,7 +20,9 @@ BASE = "http://127.0.0.1:8765"
 
 @pytest.fixture
 def served(project) -> Iterator[tuple[TestClient, str]]:
-    run_id = run_failing(project.root, project.backend)
+    result = project.run(FAILING, HOSTILE)  # in this process: quicker than run_failing's
+    assert result.exit_code == 1, result.output
+    run_id = run_id_of(result)
     store = open_store(project.root, project.backend)
     try:
         yield TestClient(create_app([store], TOKEN, 8765), base_url=BASE), run_id
