@@ -52,6 +52,8 @@ def test_the_token_is_required(tmp_path: Path) -> None:
         # another host name (DNS rebinding) and writing requests are refused, token or not
         assert client.get("/", headers={"host": "attacker.example:8765"}).status_code == 400
         assert client.post("/").status_code == 405
+        away = client.get(BASE + "//elsewhere.example/?token=" + TOKEN, follow_redirects=False)
+        assert away.headers["location"] == "/elsewhere.example/"
         assert client.get("/static/ui.js").headers["content-type"].startswith(
             "text/javascript")
     assert not (tmp_path / ".prose" / "runs").exists()  # the view wrote nothing

@@ -81,8 +81,9 @@ class TokenGate:
         given = next((value for key, value in query if key == "token"), None)
         if given is not None and self._valid(given):
             rest = urlencode([(k, v) for k, v in query if k != "token"])
+            path = "/" + scope["path"].lstrip("/")  # never "//host": another site
             response = Response(status_code=303, headers={
-                "location": scope["path"] + (f"?{rest}" if rest else "")})
+                "location": path + (f"?{rest}" if rest else "")})
             response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict",
                                 path="/")
             await response(scope, receive, send_with_headers)
