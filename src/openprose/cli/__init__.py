@@ -26,6 +26,7 @@ COMMANDS = {
     "hook": "openprose.cli.hook_cmd:hook_command",
     "worker": "openprose.cli.worker_cmd:worker_command",
     "cancel": "openprose.cli.worker_cmd:cancel_command",
+    "ui": "openprose.cli.ui_cmd:ui_command",
 }
 
 

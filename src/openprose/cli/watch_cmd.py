@@ -44,7 +44,14 @@ class Wakeup(AbstractContextManager["Wakeup"]):
         self.event = threading.Event()
         self.observer: Any = None
         if directory is not None and directory.is_dir():
-            from watchdog.events import FileSystemEventHandler
+            from watchdog.events import (
+                FileClosedEvent,
+                FileCreatedEvent,
+                FileDeletedEvent,
+                FileModifiedEvent,
+                FileMovedEvent,
+                FileSystemEventHandler,
+            )
             from watchdog.observers import Observer
 
             wake = self.event
@@ -54,7 +61,11 @@ class Wakeup(AbstractContextManager["Wakeup"]):
                     wake.set()
 
             self.observer = Observer()
-            self.observer.schedule(Handler(), str(directory), recursive=True)
+            # writes only: the reader's own opens and reads would wake it again and again
+            self.observer.schedule(Handler(), str(directory), recursive=True,
+                                   event_filter=[FileModifiedEvent, FileCreatedEvent,
+                                                 FileMovedEvent, FileClosedEvent,
+                                                 FileDeletedEvent])
             self.observer.start()
 
     def wait(self) -> None:
@@ -67,7 +78,8 @@ class Wakeup(AbstractContextManager["Wakeup"]):
             self.observer.join(timeout=5)
 
 
-def _run_dir(store: Any, run_id: str) -> Path | None:
+def run_dir(store: Any, run_id: str) -> Path | None:
+    """The directory to watch for a filesystem run (None: the backend is polled)."""
     if store.kind != "filesystem":
         return None
     return Path(store.run_location(run_id))
@@ -94,7 +106,7 @@ def watch_command(run_id: str, backend: str | None, as_json: bool, project: Path
         seen: dict[str, str] = {}
         report = _live_report() if live else _json_report if as_json else _line_report
         try:
-            with Wakeup(_run_dir(store, found)) as wakeup, _display(report):
+            with Wakeup(run_dir(store, found)) as wakeup, _display(report):
                 pause = 0.0
                 while True:
                     started = time.monotonic()

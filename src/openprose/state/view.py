@@ -50,6 +50,9 @@ class Step:
     ended_at: float | None = None
     verdict: Any = None
     reason: str = ""
+    #: Intents recorded for the key: more than one when the step was started again (a retry,
+    #: a resumed run).
+    attempts: int = 0
 
     @property
     def duration(self) -> float | None:
@@ -105,6 +108,8 @@ class RunView:
     live: dict[int, StatementStatus] = field(default_factory=dict)
     #: The sessions' work-tool calls (journal records of kind "tool"), in order.
     tools: list[JournalEntry] = field(default_factory=list)
+    #: The latest record of each ``run:`` key (how the run was driven, its inputs).
+    notes: dict[str, JournalEntry] = field(default_factory=dict)
 
     @property
     def error_line(self) -> int | None:
@@ -172,6 +177,7 @@ def build_steps(entries: list[JournalEntry], source: str, running: bool) -> list
                                       "executing", placed.enclosing, started_at=at)
         if entry.kind == "intent":
             step.status, step.error, step.started_at, step.ended_at = "executing", None, at, None
+            step.attempts += 1
         elif entry.kind == "result":
             if entry.status == "completed" and entry.binding is None:
                 continue  # a note (such as a step finished inside a block call)
@@ -252,7 +258,8 @@ def load_view(store: StateStore, run_id: str, *, values: bool = True) -> RunView
                    record.status, record.started, record.updated, record.error, steps,
                    sorted(backend.list_frames(run_id), key=lambda f: f.execution_id),
                    bindings, _agent_locations(store, run_id, agents), usage,
-                   tools=[entry for entry in entries if entry.kind == "tool"])
+                   tools=[entry for entry in entries if entry.kind == "tool"],
+                   notes={e.key: e for e in entries if e.key.startswith("run:")})
 
 
 def _binding_info(store: StateStore, run_id: str, binding: Binding, values: bool

@@ -1,0 +1,98 @@
+"""``prose ui`` over plain HTTP on every backend: the token gate, the headers, the pages of a
+failed run with hostile values (escaped), a binding's whole value, and the events stream."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+from tests.cli.conftest import run_id_of
+from tests.cli.ui_runs import FAILING, HOSTILE
+
+from openprose.state import open_store
+from openprose.ui import create_app
+
+TOKEN = "t0ken-for-tests"
+BASE = "http://127.0.0.1:8765"
+
+
+@pytest.fixture
+def served(project) -> Iterator[tuple[TestClient, str]]:
+    result = project.run(FAILING, HOSTILE)  # in this process: quicker than run_failing's
+    assert result.exit_code == 1, result.output
+    run_id = run_id_of(result)
+    store = open_store(project.root, project.backend)
+    try:
+        yield TestClient(create_app([store], TOKEN, 8765), base_url=BASE), run_id
+    finally:
+        store.close()
+
+
+def test_the_token_is_required(tmp_path: Path) -> None:
+    """The gate is the same whatever the backend: checked once, on an empty project."""
+    with open_store(tmp_path, "filesystem") as store:
+        client = TestClient(create_app([store], TOKEN, 8765), base_url=BASE)
+        assert client.get("/").status_code == 401
+        assert client.get("/runs/20260101-000000-abcdef").status_code == 401
+        assert client.get("/?token=wrong").status_code == 401
+        assert client.get("/static/ui.js").status_code == 401
+        entered = client.get("/?token=" + TOKEN, follow_redirects=False)
+        assert entered.status_code == 303 and entered.headers["location"] == "/"
+        cookie = entered.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+        page = client.get("/")
+        assert page.status_code == 200 and "No runs yet" in page.text
+        for name, value in {"content-security-policy": "script-src 'self'",
+                            "x-content-type-options": "nosniff",
+                            "x-frame-options": "DENY"}.items():
+            assert value in page.headers[name]
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        # another host name (DNS rebinding) and writing requests are refused, token or not
+        assert client.get("/", headers={"host": "attacker.example:8765"}).status_code == 400
+        assert client.post("/").status_code == 405
+        away = client.get(BASE + "//elsewhere.example/?token=" + TOKEN, follow_redirects=False)
+        assert away.headers["location"] == "/elsewhere.example/"
+        assert client.get("/static/ui.js").headers["content-type"].startswith(
+            "text/javascript")
+    assert not (tmp_path / ".prose" / "runs").exists()  # the view wrote nothing
+
+
+def test_a_failed_runs_pages(served) -> None:
+    client, run_id = served
+    client.get("/?token=" + TOKEN)
+    listing = client.get("/?status=failed").text
+    assert f'href="/runs/{run_id}"' in listing and "p.prose" in listing
+    assert run_id not in client.get("/?status=completed").text
+    page = client.get(f"/runs/{run_id}").text
+    assert 'id="L3" class="line st-failed"' in page
+    assert 'id="L1" class="line st-done"' in page
+    assert "failed at <a href=\"#L3\">line 3</a>" in page
+    assert "boom &lt;b&gt;bold&lt;/b&gt;" in page
+    assert "<script>window" not in page and "&lt;script&gt;window.pwned = 1" in page
+    assert '<svg class="timeline"' in page
+    assert "1 tool call(s) refused" in page
+    assert ('<strong>REFUSED</strong> bash <code>curl https://example.com/&lt;img src=x '
+            'onerror=alert(1)&gt;</code>') in page
+    value = client.get(f"/runs/{run_id}/bindings/link").text
+    assert "&lt;a href=&#34;javascript:window.pwned = 3&#34;&gt;click&lt;/a&gt;" in value
+    assert client.get(f"/runs/{run_id}/bindings/nothing").status_code == 404
+    assert client.get("/runs/no-such-run").status_code == 404
+    events = client.get(f"/runs/{run_id}/events")
+    assert events.headers["content-type"].startswith("text/event-stream")
+    assert "event: change\ndata: failed" in events.text and "event: end" in events.text
+
+
+def test_a_run_stopped_by_its_budget(project) -> None:
+    result = project.run('let a = session "one"\nlet b = session "two"\n'
+                         'let c = session "three"\n', "default_output: some words of output\n",
+                         "--max-tokens", "8")
+    assert result.exit_code == 4, result.output
+    run_id = run_id_of(result)
+    with open_store(project.root, project.backend) as store:
+        client = TestClient(create_app([store], TOKEN, 8765), base_url=BASE)
+        page = client.get(f"/runs/{run_id}?token={TOKEN}").text
+    assert "of 8 tokens" in page.split('id="budget">')[1].split("<")[0]
+    assert 'id="over-budget">Stopped over budget: budget reached' in page
+    assert 'id="L3" class="line st-pending"' in page  # a higher budget may still get there
