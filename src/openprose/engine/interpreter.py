@@ -195,6 +195,9 @@ class Interpreter(NodeVisitor):
 
     async def stmt(self, node: n.Node, ctx: Ctx, target: Target | None = None) -> Value:
         self.emit("statement", ctx.path, node)
+        # A turn of the event loop for whoever shares it (an MCP server's other clients): a
+        # program that only computes awaits nothing else, and held the loop until it ended.
+        await asyncio.sleep(0)
         try:
             return await self.visit(node, ctx, target)
         except ProgramError as err:

@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import os
 import secrets
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -116,6 +117,20 @@ class Pending:
 
 
 @dataclass
+class Driver:
+    """The client that drives a run from this server (it started or last resumed or took
+    it): its name as its ``initialize`` gave it, since when, and its connection, which
+    proves a later call comes from the same client without a token."""
+
+    client: str
+    since: str
+    session: weakref.ref[Any] | None = None
+
+    def is_session(self, connection: object) -> bool:
+        return self.session is not None and self.session() is connection
+
+
+@dataclass
 class KeptWrite:
     """A session's write, kept to answer a resend with the first confirmation."""
 
@@ -137,8 +152,9 @@ class DrivenRun:
     completed: dict[tuple[str, int], BindingRef] = field(default_factory=dict)
     holder: DriverLock | None = None  # the run-driver lock while this server drives it
     follower: Follower | None = None  # the program followed beside an embodied host
-    #: Who holds the current VM token, when this server issued it: (client, since).
-    driver: tuple[str, str] | None = None
+    #: Who drives the run, when this server handed it over (start_run, resume_run,
+    #: run_program or a cancel_run that took it).
+    driver: Driver | None = None
     #: The last hand-over as recorded: (taken by, at).
     taken_over: tuple[str, str] | None = None
     _running: bool = field(default=False, repr=False)
@@ -410,6 +426,9 @@ class RunRegistry:
     def __init__(self, catalog: RunCatalog) -> None:
         self.catalog = catalog
         self.runs: dict[str, DrivenRun] = {}
+        #: Who drove the runs let go of (an engine's run that ended or was cancelled): a
+        #: run loaded again keeps its driver.
+        self.drivers: dict[str, Driver] = {}
 
     def get(self, run_id: str) -> DrivenRun:
         driven = self.runs.get(run_id)
@@ -419,10 +438,22 @@ class RunRegistry:
             except Exception as exc:  # ResourceNotFoundError names the run
                 raise Refusal("a run is named by its id", str(exc)) from None
             driven = self.runs[run_id] = DrivenRun.load(run)
+            driven.driver = self.drivers.pop(run_id, None)
         return driven
+
+    def known(self, run_id: str) -> DrivenRun | None:
+        """``run_id`` if this server drives it or drove it (loaded again with its driver)."""
+        return self.get(run_id) if run_id in self.drivers else self.runs.get(run_id)
 
     def add(self, driven: DrivenRun) -> None:
         self.runs[driven.id] = driven
+
+    def forget(self, run_id: str) -> None:
+        """Load ``run_id`` again on its next call (its engine wrote it meanwhile); who drove
+        it is kept."""
+        driven = self.runs.pop(run_id, None)
+        if driven is not None and driven.driver is not None:
+            self.drivers[run_id] = driven.driver
 
     def claim(self, run_id: str, take_over: bool = False) -> DrivenRun:
         """``run_id`` to be driven from here with VM tokens (resume_run). The run-driver lock

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import weakref
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -44,10 +45,12 @@ from openprose.mcp_server.runs import (
     SESSION_PREFIX,
     WRITTEN_ONCE,
     DrivenRun,
+    Driver,
     digest,
     new_vm_token,
     program_call,
 )
+from openprose.mcp_server.updates import connection_of
 from openprose.state import BackendUnavailable, BindingRef, StateError, new_run_id
 
 Backend = Literal["filesystem", "sqlite", "postgres"]
@@ -57,19 +60,26 @@ def binding_uri_name(ref: BindingRef) -> str:
     return f"{ref.name}@{ref.execution_id}" if ref.execution_id else ref.name
 
 
-def record_driver(driven: DrivenRun, mode: str, client: str, *, taking_over: bool = False
+def record_driver(driven: DrivenRun, mode: str, context: Context, *, taking_over: bool = False
                   ) -> str:
     """A fresh VM token for ``driven``, recorded (hash and mode, and who took the run over
-    from whom) in its journal; ``client`` holds it from now."""
+    from whom) in its journal; the calling client drives the run from now."""
     token = new_vm_token(driven.id)
-    now = datetime.now(UTC).isoformat(timespec="seconds")
+    driver = driver_of(context)
+    client, now = driver.client, driver.since
     meta = {"mode": mode, "vm": digest(token)}
     if taking_over:
         meta |= {"taken_over_by": client, "taken_over_at": now}
         driven.taken_over = (client, now)
     driven.run.record_result(DRIVER_KEY, status="driver", meta=meta)
-    driven.mode, driven.vm_hash, driven.driver = mode, digest(token), (client, now)
+    driven.mode, driven.vm_hash, driven.driver = mode, digest(token), driver
     return token
+
+
+def driver_of(context: Context) -> Driver:
+    """The calling client, as the driver of a run from now."""
+    return Driver(client_name(context), datetime.now(UTC).isoformat(timespec="seconds"),
+                  weakref.ref(connection_of(context.request_context)))
 
 
 def client_name(context: Context) -> str:
@@ -80,14 +90,20 @@ def client_name(context: Context) -> str:
     return f"client '{name}'" if name else "another client"
 
 
-def check_hand_over(driven: DrivenRun | None, take_over: bool) -> None:
-    """A running run whose VM token this server issued is still driven by that client:
-    resume_run takes it over only when told to (``take_over``)."""
-    if driven is None or take_over or driven.driver is None or driven.status != "running":
+def check_hand_over(driven: DrivenRun | None, context: Context, take_over: bool) -> None:
+    """A run another client drives from this server (running, or stopped by cancel_run) is
+    taken over only when told to (``take_over``); its own driver resumes a run it stopped.
+    A running run is resumed only by a take-over, its driver's own call included (its VM
+    token still works: run_status says where it is)."""
+    if driven is None or take_over or driven.driver is None:
         return
-    holder, since = driven.driver
+    running = driven.status == "running"
+    if not running and (driven.driver.is_session(connection_of(context.request_context))
+                        or driven.status != "interrupted"):
+        return
+    holder, since = driven.driver.client, driven.driver.since
     raise Refusal("a run another client drives is taken over only explicitly",
-                  f"run {driven.id} is driven by {holder} (VM token issued at {since}); call "
+                  f"run {driven.id} is driven by {holder} (since {since}); call "
                   "resume_run(run_id, take_over=true) to take it over: that client's VM token "
                   "then stops working and its next call says who took the run")
 
@@ -196,7 +212,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 lock.release()
             raise ToolError(f"start_run: the {backend} state backend: {exc}") from None
         driven = DrivenRun(run, outline, file, mode, None, holder=lock)
-        token = record_driver(driven, mode, client_name(context))
+        token = record_driver(driven, mode, context)
         record_given(run, given)  # each is bound when the program reaches it, as in prose run
         if mode == HOST:
             driven.follow()
@@ -248,8 +264,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                          ) -> Annotated[CallToolResult, ResumeResult]:
         """Continue a run: a fresh VM token (the old one stops working), its status and
         outline. take_over: take a run another driver holds. inputs: missing inputs."""
-        known = ctx.registry.runs.get(run_id)
-        check_hand_over(known, take_over)
+        known = ctx.registry.known(run_id)
+        check_hand_over(known, context, take_over)
         held = known is not None and known.holder is not None and known.holder.held
         driven = ctx.registry.claim(run_id, take_over)
         try:
@@ -285,8 +301,9 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             for name, value in given.items():
                 await driven.follower.input_written(name, value)
         mode = HOST if driven.mode == ENGINE else driven.mode
-        token = record_driver(driven, mode, client_name(context),
-                              taking_over=known is not None and known.driver is not None)
+        token = record_driver(driven, mode, context, taking_over=known is not None
+                              and known.driver is not None
+                              and not known.driver.is_session(connection_of(context.request_context)))
         extra = None
         if mode != HOST and mode in ctx.modes:
             extra = await ctx.modes[mode].resumed(ctx, driven, context)

@@ -1,0 +1,106 @@
+"""The server against a hostile or careless host (issue 29): values an embodied host may not
+forge, runs another client drives, descriptors and the event loop one client cannot take."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_types import Implementation
+from tests.mcp_server.attack_project import make_project
+
+from openprose.mcp_server.runs import DRIVER_KEY
+from openprose.mcp_server.server import create_server
+from openprose.state import open_store
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return make_project(tmp_path)
+
+
+def _client(mcp, name: str) -> Client:
+    return Client(mcp, mode="legacy", client_info=Implementation(name=name, version="1"))
+
+
+async def _appears(path_glob: str, root: Path) -> Path:
+    """The first file matching ``path_glob`` under ``root``, once one exists (each look gives
+    the event loop a turn: the engine runs in this process)."""
+    while True:
+        found = next(iter(root.glob(path_glob)), None)
+        if found is not None:
+            return found
+        await anyio.sleep(0)
+
+
+# ------------------------------------------------------------------ the event loop
+
+async def test_another_client_is_answered_while_a_guided_run_computes(root):
+    """A guided program that only computes awaited nothing, so it held the event loop: every
+    other client waited for its last round (list_tools 15.7 s behind 30,000 rounds)."""
+    source = 'let x = "a"\nrepeat 20000:\n  x = "b"\noutput o = x\n'
+    mcp = create_server(root, home=root / "home", watch=False)
+    async with _client(mcp, "runner") as runner, _client(mcp, "other") as other:
+        started: dict[str, str] = {}
+
+        async def start() -> None:
+            result = await runner.call_tool("start_run", {"program": source, "mode": "guided"})
+            started.update(result.structured_content or {})
+
+        with anyio.fail_after(600):  # a bound, not a measure: the loop takes minutes at worst
+            async with anyio.create_task_group() as group:
+                group.start_soon(start)
+                first = await _appears(".prose/runs/*/bindings/x.md", root)  # rounds under way
+                assert (await other.list_tools()).tools
+                assert not (first.parent / "o.md").exists()  # answered before the loop ended
+        cancelled = await runner.call_tool("cancel_run", {"run_id": started["run_id"],
+                                                          "vm_token": started["vm_token"]})
+        assert not cancelled.is_error, cancelled.content[0].text
+
+
+# ------------------------------------------------------------------ runs another client drives
+
+def _taken_by(root: Path, run_id: str) -> str | None:
+    run = open_store(root, "filesystem", home=root / "home").open_run(run_id)
+    record = run.journal(DRIVER_KEY)
+    return record.meta.get("taken_over_by") if record is not None else None
+
+
+async def test_stopping_or_taking_another_clients_run_needs_its_token_or_take_over(root):
+    """cancel_run needed only the run id (list_runs shows it), and resume_run after it handed
+    the caller a fresh VM token for a run another client drove."""
+    mcp = create_server(root, home=root / "home", watch=False)
+    async with _client(mcp, "owner") as owner, _client(mcp, "intruder") as intruder:
+        started = (await owner.call_tool("start_run", {
+            "program": "p.prose", "inputs": {"topic": "t"}, "mode": "guided"})
+                   ).structured_content
+        run_id, vm = started["run_id"], started["vm_token"]
+        refused = await intruder.call_tool("cancel_run", {"run_id": run_id})
+        assert refused.is_error and "client 'owner'" in refused.content[0].text
+        assert "take_over=true" in refused.content[0].text
+        assert not (await owner.call_tool("cancel_run", {"run_id": run_id})).is_error
+        refused = await intruder.call_tool("resume_run", {"run_id": run_id})
+        assert refused.is_error and "client 'owner'" in refused.content[0].text, \
+            refused.content[0].text
+        assert _taken_by(root, run_id) is None  # the refusals changed nothing
+        resumed = await owner.call_tool("resume_run", {"run_id": run_id})  # its own run
+        assert not resumed.is_error, resumed.content[0].text
+        vm = resumed.structured_content["vm_token"]
+        taken = await intruder.call_tool("cancel_run", {"run_id": run_id, "take_over": True})
+        assert not taken.is_error, taken.content[0].text
+        assert _taken_by(root, run_id) == "client 'intruder'"
+        late = await owner.call_tool("run_status", {"vm_token": vm})
+        assert late.is_error and "taken over by client 'intruder'" in late.content[0].text
+        # the taker drives it now: its resume needs no take_over
+        assert not (await intruder.call_tool("resume_run", {"run_id": run_id})).is_error
+        # a token proves the driver as well as its session does
+        again = (await owner.call_tool("resume_run", {"run_id": run_id, "take_over": True})
+                 ).structured_content
+        by_token = await intruder.call_tool("cancel_run", {"run_id": run_id,
+                                                           "vm_token": again["vm_token"]})
+        assert not by_token.is_error, by_token.content[0].text
+        assert _taken_by(root, run_id) == "client 'owner'"
