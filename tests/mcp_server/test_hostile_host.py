@@ -3,11 +3,12 @@ forge, runs another client drives, descriptors and the event loop one client can
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp_types import Implementation
 from tests.mcp_server.attack_project import make_project
 
@@ -16,6 +17,7 @@ from openprose.mcp_server.server import create_server
 from openprose.state import open_store
 
 pytestmark = pytest.mark.anyio
+PROSE = str(Path(sys.executable).with_name("prose"))
 
 
 @pytest.fixture
@@ -104,3 +106,61 @@ async def test_stopping_or_taking_another_clients_run_needs_its_token_or_take_ov
                                                            "vm_token": again["vm_token"]})
         assert not by_token.is_error, by_token.content[0].text
         assert _taken_by(root, run_id) == "client 'owner'"
+
+
+# ------------------------------------------------------------------ descriptors
+
+LIMIT = 128  # RLIMIT_NOFILE of the server below
+
+
+def _limited_stdio(project: Path) -> StdioServerParameters:
+    """``prose serve`` over stdio under a descriptor limit of :data:`LIMIT`."""
+    start = ("import os, resource, sys; "
+             f"resource.setrlimit(resource.RLIMIT_NOFILE, ({LIMIT}, {LIMIT})); "
+             "os.execv(sys.argv[1], sys.argv[1:])")
+    return StdioServerParameters(command=sys.executable,
+                                 args=["-c", start, PROSE, "serve", "--project", str(project)],
+                                 env={"HOME": str(project.parent)})
+
+
+def _descriptors_of(project: Path) -> int:
+    """Descriptors the server for ``project`` holds open (found by its command line)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"serve" in command and str(project).encode() in command:
+                return len(list((entry / "fd").iterdir()))
+        except OSError:
+            continue
+    raise AssertionError("the server's process was not found")
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+async def test_unfinished_embodied_runs_never_take_the_servers_last_descriptor(root):
+    """Each unfinished embodied run kept two descriptors open (its journal and its driver
+    lock); about 122 start_run calls under a 256-descriptor limit ended in 'too many open
+    files', whose logging failed the same way and ended the server. Between calls a run
+    keeps only its lock, and past a limit start_run is refused, saying why."""
+    async with Client(_limited_stdio(root), mode="legacy") as client:
+        first = (await client.call_tool("start_run", {
+            "program": "p.prose", "inputs": {"topic": "t"}})).structured_content
+        before = _descriptors_of(root)
+        started, refused = [first["vm_token"]], []
+        for _ in range(LIMIT):  # more than the server could hold open
+            result = await client.call_tool("start_run", {"program": "p.prose",
+                                                          "inputs": {"topic": "t"}})
+            if result.is_error:
+                refused.append(result.content[0].text)
+                break
+            started.append(result.structured_content["vm_token"])
+            if len(started) == 5:
+                assert _descriptors_of(root) - before <= 4  # one per run: its driver lock
+        assert refused and "unfinished runs" in refused[0], refused
+        assert "complete_run" in refused[0]
+        done = await client.call_tool("complete_run", {"vm_token": started[0],
+                                                       "status": "failed"})
+        assert not done.is_error, done.content[0].text
+        again = await client.call_tool("start_run", {"program": "p.prose",
+                                                     "inputs": {"topic": "t"}})
+        assert not again.is_error, again.content[0].text
+        assert (await client.list_tools()).tools

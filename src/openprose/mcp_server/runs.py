@@ -38,6 +38,7 @@ from openprose.language.analysis import Agent, Analysis, Statement, analyze
 from openprose.mcp_server.follow import Follower, Replay
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.resources import RunCatalog
+from openprose.mcp_server.transport import descriptor_budget
 from openprose.state import (
     FOLLOWED_STEP,
     AgentRef,
@@ -406,6 +407,12 @@ def _statement_of(key: str) -> tuple[str, int]:
     return sid, int(eid)
 
 
+def held_runs_cap() -> int:
+    """How many unfinished runs one server drives at once: a quarter of the descriptors its
+    limit leaves beside its own (HTTP connections take half), at most 1000."""
+    return max(4, min(1000, descriptor_budget() // 4))
+
+
 LOCK_RULE = "one driver per run: a run another live driver holds is not driven from here"
 
 
@@ -448,6 +455,25 @@ class RunRegistry:
     def add(self, driven: DrivenRun) -> None:
         self.runs[driven.id] = driven
 
+    def let_go(self) -> None:
+        """Close what the stores hold open for the runs hosts drive (a journal's append log,
+        opened again by the next write): between calls an unfinished run keeps only its
+        driver lock."""
+        for driven in list(self.runs.values()):
+            if driven.mode == HOST:
+                self.catalog.release(driven.id)
+
+    def check_room(self) -> None:
+        """Refused once this server drives as many unfinished runs as its descriptor limit
+        leaves room for (each holds its driver lock open)."""
+        held = sum(1 for d in self.runs.values() if d.holder is not None and d.holder.held)
+        cap = held_runs_cap()
+        if held >= cap:
+            raise Refusal("a server drives a bounded number of unfinished runs",
+                          f"this server already drives {held} unfinished runs, its limit "
+                          "under its descriptor limit; finish one first (complete_run, with "
+                          "status 'failed' to abandon it) or use another server")
+
     def forget(self, run_id: str) -> None:
         """Load ``run_id`` again on its next call (its engine wrote it meanwhile); who drove
         it is kept."""
@@ -465,6 +491,7 @@ class RunRegistry:
             if self._drivable(driven, take_over):
                 self.hold(driven)
             return driven
+        self.check_room()
         lock: DriverLock | None = None
         for store in self._stores():
             try:

@@ -205,6 +205,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             store = ctx.catalog.store(backend)
             run_id = new_run_id()
             if mode == HOST:  # an engine mode's engine takes the lock itself
+                ctx.registry.check_room()
                 lock = store.driver_lock(run_id, new=True)
             run = store.create_run(source, path, run_id=run_id)
         except (BackendUnavailable, StateError) as exc:

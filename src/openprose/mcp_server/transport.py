@@ -134,13 +134,18 @@ def bind_loopback(port: int) -> socket.socket:
     return sock
 
 
+def descriptor_budget() -> int:
+    """The descriptors the limit leaves beside the server's own (:data:`RESERVED_FDS`), for
+    what clients make it hold: connections, and the locks of the runs they drive."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return MAX_CONNECTIONS * 4 if soft == resource.RLIM_INFINITY else soft - RESERVED_FDS
+
+
 def connection_budget() -> tuple[int, int]:
     """How many HTTP connections the server holds at once, and how many it accepts in one go
     (asyncio accepts up to its backlog before any is handed over, each a descriptor): half
-    and a quarter of what the descriptor limit leaves beside the server's own, at most
-    :data:`MAX_CONNECTIONS` and 128."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    budget = MAX_CONNECTIONS * 2 if soft == resource.RLIM_INFINITY else soft - RESERVED_FDS
+    and a quarter of :func:`descriptor_budget`, at most :data:`MAX_CONNECTIONS` and 128."""
+    budget = descriptor_budget()
     return max(8, min(MAX_CONNECTIONS, budget // 2)), max(4, min(128, budget // 4))
 
 
