@@ -11,10 +11,11 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import Implementation
 from tests.mcp_server.attack_project import make_project
+from tests.mcp_server.host import host
 
 from openprose.mcp_server.runs import DRIVER_KEY
 from openprose.mcp_server.server import create_server
-from openprose.state import open_store
+from openprose.state import BindingRef, open_store
 
 pytestmark = pytest.mark.anyio
 PROSE = str(Path(sys.executable).with_name("prose"))
@@ -164,3 +165,52 @@ async def test_unfinished_embodied_runs_never_take_the_servers_last_descriptor(r
                                                      "inputs": {"topic": "t"}})
         assert not again.is_error, again.content[0].text
         assert (await client.list_tools()).tools
+
+
+# ------------------------------------------------------------------ values the program computes
+
+COMPUTING = """\
+const style = "brief"
+let greeting = "hello {style}"
+let {x, y} = session "Give x and y as JSON"
+let a = session "Say a"
+output res = a
+"""
+
+
+async def test_an_embodied_host_cannot_forge_what_the_program_computes(root):
+    """The VM token wrote any value to a const, a let of a literal, a name destructured from
+    a session and an output copying a session's binding, even before the program reached
+    it; complete_run reported the forgery. The server writes what the program computes
+    when it binds it (as prose run does); the host's write is a resend, refused otherwise."""
+    (root / "v.prose").write_text(COMPUTING)
+    async with host(root, {"mode": "legacy"}, watch=False) as h:
+        vm = (await h.call("start_run", program="v.prose"))["vm_token"]
+
+        async def vm_write(name: str, **source: str) -> str | None:
+            result = await h.client.call_tool("write_binding", {"token": vm, "name": name,
+                                                                **source})
+            return result.content[0].text if result.is_error else None
+
+        async def answer(statement: str, prompt: str, value: str) -> None:
+            token = (await h.call("spawn_session", vm_token=vm, statement=statement,
+                                  prompt=prompt))["session_token"]
+            await h.call("write_binding", token=token, value=value)
+
+        assert "computes 'style' as 'brief'" in await vm_write("style", value="forged")
+        assert "computes 'greeting'" in await vm_write("greeting", value="hi")
+        assert await vm_write("greeting", value="hello brief") is None  # a resend
+        assert "has not reached" in await vm_write("x", value="1")
+        assert "has not reached" in await vm_write("res", value="forged")
+        await answer("2", "Give x and y as JSON", '{"x": "1", "y": "2"}')
+        assert "computes 'x' as '1'" in await vm_write("x", value="9")
+        assert "has not reached" in await vm_write("res", copy_of="x")
+        await answer("3", "Say a", "A")
+        assert "computes 'res' as 'A'" in await vm_write("res", copy_of="x")
+        assert await vm_write("res", copy_of="a") is None
+        await h.call("complete_run", vm_token=vm)
+    run = open_store(root, "filesystem", home=root / "home").open_run(
+        next(p.name for p in (root / ".prose" / "runs").iterdir()))
+    expected = {"style": "brief", "greeting": "hello brief", "x": "1", "y": "2", "a": "A",
+                "res": "A"}  # what prose run gives with these answers
+    assert {name: run.read_binding(BindingRef(name)).value for name in expected} == expected

@@ -34,7 +34,7 @@ from openprose.engine.briefs import Brief
 from openprose.engine.journal import Recorded
 from openprose.engine.runner import run_inputs
 from openprose.language import compile as compile_program
-from openprose.language.analysis import Agent, Analysis, Statement, analyze
+from openprose.language.analysis import BINDING_KINDS, Agent, Analysis, Statement, analyze
 from openprose.mcp_server.follow import Follower, Replay
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.resources import RunCatalog
@@ -342,7 +342,8 @@ class DrivenRun:
             return
         self.follower = Follower.start(
             self.outline, self.run.program_source, self.file, run_inputs(self.run, program),
-            self.has_memory, self.replay(), on_failure=self.render, on_input=self.bind_input)
+            self.has_memory, self.replay(), on_failure=self.render, on_input=self.bind_input,
+            on_value=self.bind_value)
 
     def follow_again(self) -> None:
         """resume_run of a running run whose followed program failed: a fresh follower
@@ -357,10 +358,15 @@ class DrivenRun:
     def bind_input(self, ref: BindingRef, value: str, source: str) -> None:
         """An input the followed program has reached: bound then, as the engine binds it
         (engine.inputs), unless the host's write (of an answer) bound it already."""
+        self.bind_value(ref, value, "input", source)
+
+    def bind_value(self, ref: BindingRef, value: str, kind: str, source: str) -> None:
+        """A value the followed program bound: written then (as ``prose run`` writes it),
+        unless the binding holds it already."""
         with contextlib.suppress(NotFoundError):
             if self.run.read_binding(ref).value == value:
                 return
-        self.run.write_binding(ref, value, "input", source)
+        self.run.write_binding(ref, value, kind if kind in BINDING_KINDS else "let", source)
 
     def replay(self) -> Replay:
         """What the followed run did before (see :class:`~.follow.Replay`), from the

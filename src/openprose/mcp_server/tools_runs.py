@@ -217,6 +217,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         record_given(run, given)  # each is bound when the program reaches it, as in prose run
         if mode == HOST:
             driven.follow()
+            if driven.follower is not None:  # what it computes first is written now
+                await driven.follower.quiet()
         driven.render()
         ctx.registry.add(driven)
         extra = None
@@ -301,10 +303,12 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         if driven.follower is not None:
             for name, value in given.items():
                 await driven.follower.input_written(name, value)
+            await driven.follower.quiet()
         mode = HOST if driven.mode == ENGINE else driven.mode
+        own = known is not None and known.driver is not None \
+            and known.driver.is_session(connection_of(context.request_context))
         token = record_driver(driven, mode, context, taking_over=known is not None
-                              and known.driver is not None
-                              and not known.driver.is_session(connection_of(context.request_context)))
+                              and known.driver is not None and (take_over or not own))
         extra = None
         if mode != HOST and mode in ctx.modes:
             extra = await ctx.modes[mode].resumed(ctx, driven, context)
