@@ -125,10 +125,10 @@ class Driver:
 
     client: str
     since: str
-    session: weakref.ref[Any] | None = None
+    connection: weakref.ref[Any] | None = None
 
-    def is_session(self, connection: object) -> bool:
-        return self.session is not None and self.session() is connection
+    def is_connection(self, connection: object) -> bool:
+        return self.connection is not None and self.connection() is connection
 
 
 @dataclass

@@ -382,7 +382,7 @@ def _item(item: Item) -> PendingItem:
 
 def owns(driven: DrivenRun, context: Context, vm_token: str) -> bool:
     """Whether the caller drives ``driven``: its driver's session, or the run's VM token."""
-    if driven.driver is None or driven.driver.is_session(connection_of(context.request_context)):
+    if driven.driver is None or driven.driver.is_connection(connection_of(context.request_context)):
         return True
     return bool(vm_token) and driven.vm_hash is not None and \
         digest(vm_token) == driven.vm_hash

@@ -98,7 +98,7 @@ def check_hand_over(driven: DrivenRun | None, context: Context, take_over: bool)
     if driven is None or take_over or driven.driver is None:
         return
     running = driven.status == "running"
-    if not running and (driven.driver.is_session(connection_of(context.request_context))
+    if not running and (driven.driver.is_connection(connection_of(context.request_context))
                         or driven.status != "interrupted"):
         return
     holder, since = driven.driver.client, driven.driver.since
@@ -306,7 +306,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             await driven.follower.quiet()
         mode = HOST if driven.mode == ENGINE else driven.mode
         own = known is not None and known.driver is not None \
-            and known.driver.is_session(connection_of(context.request_context))
+            and known.driver.is_connection(connection_of(context.request_context))
         token = record_driver(driven, mode, context, taking_over=known is not None
                               and known.driver is not None and (take_over or not own))
         extra = None
