@@ -362,11 +362,14 @@ class DrivenRun:
 
     def bind_value(self, ref: BindingRef, value: str, kind: str, source: str) -> None:
         """A value the followed program bound: written then (as ``prose run`` writes it),
-        unless the binding holds it already."""
+        unless the binding holds it already, as that kind (``output a = a`` makes a
+        session's binding an output)."""
+        kind = kind if kind in BINDING_KINDS else "let"
         with contextlib.suppress(NotFoundError):
-            if self.run.read_binding(ref).value == value:
+            held = self.run.read_binding(ref)
+            if (held.value, held.kind) == (value, kind):
                 return
-        self.run.write_binding(ref, value, kind if kind in BINDING_KINDS else "let", source)
+        self.run.write_binding(ref, value, kind, source)
 
     def replay(self) -> Replay:
         """What the followed run did before (see :class:`~.follow.Replay`), from the
