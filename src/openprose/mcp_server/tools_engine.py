@@ -69,10 +69,9 @@ from openprose.mcp_server.results import (
     compile_errors,
     run_outputs,
 )
-from openprose.mcp_server.runs import DRIVER_KEY, GUIDED, DrivenRun, digest
+from openprose.mcp_server.runs import DRIVER_KEY, GUIDED, DrivenRun
 from openprose.mcp_server.sampling import SamplingProvider
-from openprose.mcp_server.tools_runs import driver_of, record_driver
-from openprose.mcp_server.updates import connection_of
+from openprose.mcp_server.tools_runs import driver_of, drives, record_driver
 from openprose.paths import PathRefused, contained
 from openprose.state import StateError, settings
 
@@ -380,13 +379,6 @@ def _item(item: Item) -> PendingItem:
                        round=judged.round or None)
 
 
-def owns(driven: DrivenRun, context: Context, vm_token: str) -> bool:
-    """Whether the caller drives ``driven``: its driver's session, or the run's VM token."""
-    if driven.driver is None or driven.driver.is_connection(connection_of(context.request_context)):
-        return True
-    return bool(vm_token) and driven.vm_hash is not None and \
-        digest(vm_token) == driven.vm_hash
-
 
 def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     ctx.modes[GUIDED] = modes.guided
@@ -623,7 +615,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
             raise Refusal("cancel_run stops a run the engine is driving in this server",
                           f"run {run_id} is not running here")
         driven = ctx.registry.get(run_id)
-        taken = not owns(driven, context, vm_token)
+        taken = not drives(driven, context, vm_token)
         if taken and not take_over:
             holder = driven.driver.client if driven.driver else "another client"
             raise Refusal("a run another client drives is stopped or taken over only "

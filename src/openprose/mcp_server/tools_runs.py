@@ -90,7 +90,19 @@ def client_name(context: Context) -> str:
     return f"client '{name}'" if name else "another client"
 
 
-def check_hand_over(driven: DrivenRun | None, context: Context, take_over: bool) -> None:
+def drives(driven: DrivenRun, context: Context, vm_token: str) -> bool:
+    """Whether the caller drives ``driven``: it is the driver's connection (a handshake
+    client), or it holds the run's VM token (over the stateless protocol no connection
+    outlives a request, so the token is the proof there)."""
+    if driven.driver is None or driven.driver.is_connection(
+            connection_of(context.request_context)):
+        return True
+    return bool(vm_token) and driven.vm_hash is not None and \
+        digest(vm_token) == driven.vm_hash
+
+
+def check_hand_over(driven: DrivenRun | None, context: Context, take_over: bool,
+                    vm_token: str) -> None:
     """A run another client drives from this server (running, or stopped by cancel_run) is
     taken over only when told to (``take_over``); its own driver resumes a run it stopped.
     A running run is resumed only by a take-over, its driver's own call included (its VM
@@ -98,8 +110,7 @@ def check_hand_over(driven: DrivenRun | None, context: Context, take_over: bool)
     if driven is None or take_over or driven.driver is None:
         return
     running = driven.status == "running"
-    if not running and (driven.driver.is_connection(connection_of(context.request_context))
-                        or driven.status != "interrupted"):
+    if not running and (drives(driven, context, vm_token) or driven.status != "interrupted"):
         return
     holder, since = driven.driver.client, driven.driver.since
     raise Refusal("a run another client drives is taken over only explicitly",
@@ -263,12 +274,13 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def resume_run(run_id: str, context: Context, take_over: bool = False,
-                         inputs: dict[str, str] | None = None
+                         inputs: dict[str, str] | None = None, vm_token: str = ""
                          ) -> Annotated[CallToolResult, ResumeResult]:
         """Continue a run: a fresh VM token (the old one stops working), its status and
-        outline. take_over: take a run another driver holds. inputs: missing inputs."""
+        outline. take_over: take a run another driver holds. inputs: missing inputs.
+        vm_token: the run's, when you stopped it."""
         known = ctx.registry.known(run_id)
-        check_hand_over(known, context, take_over)
+        check_hand_over(known, context, take_over, vm_token)
         held = known is not None and known.holder is not None and known.holder.held
         driven = ctx.registry.claim(run_id, take_over)
         try:
@@ -305,8 +317,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 await driven.follower.input_written(name, value)
             await driven.follower.quiet()
         mode = HOST if driven.mode == ENGINE else driven.mode
-        own = known is not None and known.driver is not None \
-            and known.driver.is_connection(connection_of(context.request_context))
+        own = known is not None and drives(known, context, vm_token)
         token = record_driver(driven, mode, context, taking_over=known is not None
                               and known.driver is not None and (take_over or not own))
         extra = None
