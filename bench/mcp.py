@@ -46,6 +46,12 @@ and talks to it over a real stdio pipe with the SDK's client, as a host does. Se
   ``PYTHONPATH=<checkout>/src`` measures another checkout's server (its ``start_run`` bytes
   and guided runs; the embodied walker needs ``get_brief``).
 
+- ``busy-loop`` (issue 29): a guided run of a program that only computes (``repeat N:`` over
+  a plain assignment, ``--rounds``, 30,000 by default) while the same client keeps calling
+  ``list_tools``: the slowest and the median ``list_tools`` answer during the loop (the loop
+  held the event loop: the first answer came when it ended), and the loop's wall time per
+  round for a third, two thirds and all of the rounds (how the cost of a round grows).
+
 A section is a function taking the connected client and the options and printing its lines;
 add one to ``SECTIONS``.
 """
@@ -612,6 +618,50 @@ async def section_embodied(client: Client, options: argparse.Namespace) -> None:
               f"{starts[1]:>14}")
 
 
+def busy_program(rounds: int) -> str:
+    return f'let x = "a"\nrepeat {rounds}:\n  x = "b"\noutput o = x\n'
+
+
+async def busy_run(client: Client, rounds: int, probe: bool) -> tuple[float, list[float]]:
+    """A guided run of ``rounds`` rounds of computing: its wall time, and the list_tools
+    latencies measured (``probe``) while it ran."""
+    latencies: list[float] = []
+    status: dict[str, str] = {}
+    began = time.perf_counter()
+
+    async def drive() -> None:
+        started = await call(client, "start_run", program=busy_program(rounds), mode="guided")
+        vm = started.structured_content["vm_token"]
+        while True:
+            step = await call(client, "next_step", vm_token=vm, wait_s=5.0)
+            if step.structured_content["status"] != "running":
+                status["done"] = step.structured_content["status"]
+                return
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(drive)
+        await anyio.sleep(0.5)  # the run is under way
+        while probe and "done" not in status:
+            sent = time.perf_counter()
+            await client.list_tools()
+            latencies.append(time.perf_counter() - sent)
+            await anyio.sleep(0.05)
+    return time.perf_counter() - began, latencies
+
+
+async def section_busy_loop(client: Client, options: argparse.Namespace) -> None:
+    rounds = options.rounds
+    print(f"guided run of repeat {rounds} over a plain assignment; list_tools meanwhile")
+    total, latencies = await busy_run(client, rounds, probe=True)
+    print(f"  list_tools during the loop: {len(latencies)} calls, slowest "
+          f"{max(latencies) * 1e3:.0f} ms, median {statistics.median(latencies) * 1e3:.0f} ms; "
+          f"the run took {total:.1f} s")
+    for part in (rounds // 3, 2 * rounds // 3, rounds):
+        wall, _ = await busy_run(client, part, probe=False)
+        print(f"  {part:>6} rounds: {wall:.1f} s, {wall / part * 1e6:.0f} us per round")
+    print(f"load average while measuring: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
+
+
 SECTIONS: dict[str, Section] = {
     "results": section_results,
     "tools": section_tools,
@@ -622,6 +672,7 @@ SECTIONS: dict[str, Section] = {
     "plugin": section_plugin,
     "subagent-tools": section_subagent_tools,
     "embodied": section_embodied,
+    "busy-loop": section_busy_loop,
 }
 
 
@@ -649,6 +700,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="sessions of the program timed in guided-overhead")
     parser.add_argument("--corpus", default=str(REPO.parent / "shared" / "corpus"),
                         help="the corpus main-bytes runs programs of")
+    parser.add_argument("--rounds", type=int, default=30_000,
+                        help="rounds of busy-loop's computing program")
     parser.add_argument("--repeat", type=int, default=3,
                         help="guided-overhead runs each side this often and keeps the fastest")
     options = parser.parse_args(argv)

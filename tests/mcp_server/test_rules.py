@@ -205,9 +205,11 @@ async def test_write_binding_rules_for_the_vm(root: Path) -> None:
                           "'found'", token=run.vm, name="found", value="v")
         await run.refused("write_binding", "no binding 'nothing' is visible", "[statement 10",
                           token=run.vm, name="result", copy_of="nothing")
-        await run.call("write_binding", token=run.vm, name="limit", value="3")
-        await run.refused("write_binding", "'limit' is a const", "[statement 3, line 8]",
+        await run.call("write_binding", token=run.vm, name="limit", value="3")  # a resend
+        await run.refused("write_binding", "computes 'limit' as '3'", "[statement 3, line 8]",
                           token=run.vm, name="limit", value="4")
+        await run.refused("write_binding", "has not reached a statement binding 'result'",
+                          token=run.vm, name="result", copy_of="topic")
         await run.to_the_loop()
         frame = await run.call("run_status", vm_token=run.vm)  # dig's frame, popped
         assert frame["frames"] == []
@@ -404,7 +406,7 @@ async def test_finished_runs_and_replaced_tokens(root: Path) -> None:
         resumed = await run.call("resume_run", run_id=run.id, take_over=True)
         await run.refused("run_status", "no longer drives run", "taken over", vm_token=run.vm)
         fresh = resumed["vm_token"]
-        await run.call("write_binding", token=fresh, name="result", copy_of="topic")
+        await run.call("write_binding", token=fresh, name="limit", value="3")
         await run.call("complete_run", vm_token=fresh, status="failed", error="stopped")
         await run.refused("spawn_session", "is failed", "rule: a finished run is not driven",
                           vm_token=fresh, statement="5", prompt="p")
@@ -472,16 +474,14 @@ async def test_values_are_returned_by_read_binding_only_and_never_rewritten(
         token = await run.session("5", "Scout caves")
         texts = []
         for tool, args in [("write_binding", {"token": token, "value": value}),
-                           ("run_status", {"vm_token": run.vm}),
-                           ("write_binding", {"token": run.vm, "name": "result",
-                                              "copy_of": "first"})]:
+                           ("run_status", {"vm_token": run.vm})]:
             result = await run.h.client.call_tool(tool, args)
             assert not result.is_error, result.content
             texts.append(result.content[0].text + str(result.structured_content))
         assert not any("hunter2" in text or "sk-ant" in text for text in texts)
         read, offset = "", 0
         while True:
-            part = await run.call("read_binding", token=run.vm, name="result", offset=offset,
+            part = await run.call("read_binding", token=run.vm, name="first", offset=offset,
                                   limit=1000)
             read += part["value"]
             if part["next_offset"] is None:

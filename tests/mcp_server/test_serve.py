@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -77,10 +79,15 @@ class Served:
         return self.process.returncode, "".join(self.stderr) + rest.decode()
 
 
-def _serve_http(project: Path, env: dict[str, str]) -> Served:
+def _serve_http(project: Path, env: dict[str, str], descriptors: int | None = None) -> Served:
+    """``prose serve --http 0``, under a descriptor limit of ``descriptors`` when given."""
+    def limit() -> None:
+        if descriptors is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (descriptors, descriptors))
+
     process = subprocess.Popen([PROSE, "serve", "--project", str(project), "--http", "0"],
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env=env,
+                               stderr=subprocess.PIPE, env=env, preexec_fn=limit,
                                bufsize=0)  # unbuffered: select() sees every unread line
     assert process.stderr is not None
     lines: list[str] = []
@@ -340,3 +347,42 @@ async def test_http_refuses_a_page_of_another_origin_even_with_the_token(
                                 json=_initialize(),
                                 headers={"accept": "application/json, text/event-stream"})
         assert query.status_code == 401  # a token in the URL is not a bearer token
+
+
+def _closed_by_server(connection: socket.socket) -> bool:
+    """Waits for the server to close ``connection`` (an end of file, or a reset: it closed
+    with our unread head in its buffer)."""
+    try:
+        return connection.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+async def test_http_serves_a_client_while_hundreds_of_connections_never_finish_a_head(
+        project: Path) -> None:
+    """Opening a connection needs no token and one that never finished its request head was
+    held for ever: 400 of them under a 300-descriptor limit ended the server. Past its cap the
+    server closes the oldest connection still waiting for a head, so the authenticated client
+    is answered meanwhile (and each one left waiting is closed after HEAD_TIMEOUT_S)."""
+    served = _serve_http(project, _environ(HOME=str(project.parent)), descriptors=200)
+    host, port = re.search(r"//([\d.]+):(\d+)/", served.url).groups()  # type: ignore[union-attr]
+    held: list[socket.socket] = []
+    try:
+        for _ in range(400):
+            connection = socket.create_connection((host, int(port)), timeout=60)
+            connection.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never ended
+            held.append(connection)
+        assert _closed_by_server(held[0])  # the oldest, to make room
+        token = _printed_token(served)
+        async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"},
+                                      timeout=60) as http, \
+                Client(streamable_http_client(served.url, http_client=http),
+                       mode="legacy") as client:
+            assert (await client.list_tools()).tools
+        assert served.process.poll() is None
+    finally:
+        for connection in held:
+            connection.close()
+        status, stderr = served.stop()
+    assert status == 128 + signal.SIGTERM, stderr
+    assert "Traceback" not in stderr

@@ -96,7 +96,7 @@ async def test_start_runs_result_carries_only_what_its_mode_reads(era: dict, roo
         embodied = await h.call("start_run", program="study.prose", inputs={"topic": "t"})
         guided = await h.call("start_run", program="study.prose", inputs={"topic": "t"},
                               mode="guided")
-        await h.call("cancel_run", run_id=guided["run_id"])
+        await h.call("cancel_run", run_id=guided["run_id"], vm_token=guided["vm_token"])
     assert "outline" not in guided and "blocks" not in guided
     assert "outline" not in guided["_text"]
     for item in embodied["outline"]:

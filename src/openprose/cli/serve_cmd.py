@@ -79,7 +79,9 @@ def serve_command(project: Path, http_port: int | None, backend: str) -> None:
 def _server(root: Path, backend: str) -> MCPServer:
     """The server for ``root``; the SDK is loaded only now, once the options proved good."""
     from openprose.mcp_server.server import create_server
+    from openprose.mcp_server.transport import plain_logging
 
     server = create_server(root, backend=backend)
+    plain_logging()  # after the SDK configured its own
     logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's per-session chatter
     return server

@@ -197,6 +197,9 @@ class Interpreter(NodeVisitor):
         self.emit("statement", ctx.path, node,
                   type(node.expr if isinstance(node, n.ExprStmt) else node).__name__)
         failure = ""
+        # A turn of the event loop for whoever shares it (an MCP server's other clients): a
+        # program that only computes awaits nothing else, and held the loop until it ended.
+        await asyncio.sleep(0)
         try:
             return await self.visit(node, ctx, target)
         except ProgramError as err:

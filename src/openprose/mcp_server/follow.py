@@ -39,6 +39,9 @@ QUIET_TURNS = 20
 #: A parallel fan-out's window: every iteration parks at once, as the host may start them.
 FAN_OUT = 1 << 20
 RULE = "a statement starts when the program reaches it (the server follows the program)"
+#: What the program computes, as opposed to what its sessions answer, the server computes.
+COMPUTED = ("a value the program computes is the server's to write (the host's write is a "
+            "resend of it)")
 
 
 def statement_of(key: str) -> str:
@@ -193,6 +196,8 @@ class _Journal:
         if kind == "input" and self.follower.on_input is not None \
                 and (execution_id is None or host is not None):
             self.follower.on_input(BindingRef(name, host), to_text(value), source)
+        elif kind not in ("input", "param"):  # params: push_frame writes them
+            self.follower.computed(name, to_text(value), kind, execution_id, source)
         self.follower.moved()
 
     def reuse(self, name: str, value: Value, kind: str, execution_id: int | None,
@@ -252,18 +257,26 @@ class Follower:
     #: Called when the program reaches an input, with its value: the run binds it then.
     on_input: Callable[[BindingRef, str, str], None] | None = None
     answers: dict[str, str] = field(default_factory=dict)  # inputs written before reached
+    #: Called when the program binds a value it computes (a let, const or output no session
+    #: makes), with the value: the run writes it then; the host's write is a resend.
+    on_value: Callable[[BindingRef, str, str, str], None] | None = None
+    #: The latest value the program bound, by name and the interpreter's frame.
+    values: dict[tuple[str, int | None], str] = field(default_factory=dict)
+    #: Values bound in a block frame the host has not pushed yet: written once it has.
+    unwritten: dict[int, list[tuple[str, str, str, str]]] = field(default_factory=dict)
 
     @classmethod
     def start(cls, outline: Analysis, source: str, file: str,
               inputs: dict[str, str], has_memory: Callable[[str], bool],
               replay: Replay | None = None, on_failure: Callable[[], None] | None = None,
               on_input: Callable[[BindingRef, str, str], None] | None = None,
+              on_value: Callable[[BindingRef, str, str, str], None] | None = None,
               trace: RunTrace | None = None) -> Follower:
         """Follow the program ``outline`` was made of (compiled from ``source``); ``trace``
         (when the server traces runs) gets the followed program's events."""
         program = outline.program
         assert program is not None  # an analysis of a compiled program keeps it
-        follower = cls(outline, on_failure=on_failure, on_input=on_input)
+        follower = cls(outline, on_failure=on_failure, on_input=on_input, on_value=on_value)
         follower.journal = _Journal(follower, has_memory, replay or Replay())
         listener: Listener = follower.observe
         if trace is not None:
@@ -343,6 +356,53 @@ class Follower:
                                host, closed=host is not None and host in self.journal.replay.popped)
         self.moved()
         return own
+
+    def computed(self, name: str, value: str, kind: str, own: int | None,
+                 source: str) -> None:
+        """The program bound ``name`` to a value it computed: the run holds that value."""
+        self.values[(name, own)] = value
+        host = self.host_eid(own)
+        if own is not None and host is None:
+            self.unwritten.setdefault(own, []).append((name, value, kind, source))
+        elif self.on_value is not None:
+            self.on_value(BindingRef(name, host), value, kind, source)
+
+    def pushed(self, call: FollowedCall) -> None:
+        """The host pushed ``call``'s frame: the values its block bound so far are written."""
+        for name, value, kind, source in self.unwritten.pop(call.own, []):
+            if self.on_value is not None:
+                self.on_value(BindingRef(name, call.host), value, kind, source)
+
+    async def vm_write(self, statement: Statement, name: str, host_eid: int | None,
+                       value: str) -> None:
+        """A host's write of a value the program computes: a resend of what the server
+        wrote when the program bound it, refused when the program has not bound it yet or
+        computed another value."""
+        await self.quiet()
+        where = f" in frame {host_eid}" if host_eid else ""
+        computed = self.values.get((name, self.own_eid(host_eid)))
+        if computed is None:
+            raise self.refuse(statement, f"the program has not reached a statement binding "
+                              f"'{name}'{where}")
+        if not same_text(value, computed) and not any(
+                self.in_parallel(w) for w in self.outline.writers_of(name, statement.block)):
+            raise Refusal(COMPUTED, f"the program computes '{name}'{where} as "
+                          f"{computed[:80]!r}, not the value written", statement)
+
+    def in_parallel(self, statement: Statement) -> bool:
+        """Whether ``statement`` runs inside a parallel construct, where a value gathered
+        from its branches depends on the order they ended in: the host's order may differ
+        from the server's, whose value stands (the host's write of a name bound there
+        changes nothing)."""
+        parent = statement.parent
+        while parent is not None:
+            owner = self.outline.statements.get(parent)
+            if owner is None:
+                return False
+            if owner.kind in ("parallel", "parallel_for"):
+                return True
+            parent = owner.parent
+        return False
 
     async def quiet(self) -> None:
         """Let the interpreter run until it waits on the host (or has ended)."""

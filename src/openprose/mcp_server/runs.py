@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import os
 import secrets
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,11 +34,12 @@ from openprose.engine.briefs import Brief
 from openprose.engine.journal import Recorded
 from openprose.engine.runner import run_inputs, tracing_wanted
 from openprose.language import compile as compile_program
-from openprose.language.analysis import Agent, Analysis, Statement, analyze
+from openprose.language.analysis import BINDING_KINDS, Agent, Analysis, Statement, analyze
 from openprose.mcp_server.follow import Follower, Replay
 from openprose.mcp_server.guided import HostProvider
 from openprose.mcp_server.refusal import Refusal
 from openprose.mcp_server.resources import RunCatalog
+from openprose.mcp_server.transport import descriptor_budget
 from openprose.state import (
     FOLLOWED_STEP,
     AgentRef,
@@ -122,6 +124,20 @@ class Pending:
 
 
 @dataclass
+class Driver:
+    """The client that drives a run from this server (it started or last resumed or took
+    it): its name as its ``initialize`` gave it, since when, and its connection, which
+    proves a later call comes from the same client without a token."""
+
+    client: str
+    since: str
+    connection: weakref.ref[Any] | None = None
+
+    def is_connection(self, connection: object) -> bool:
+        return self.connection is not None and self.connection() is connection
+
+
+@dataclass
 class KeptWrite:
     """A session's write, kept to answer a resend with the first confirmation."""
 
@@ -143,8 +159,9 @@ class DrivenRun:
     completed: dict[tuple[str, int], BindingRef] = field(default_factory=dict)
     holder: DriverLock | None = None  # the run-driver lock while this server drives it
     follower: Follower | None = None  # the program followed beside an embodied host
-    #: Who holds the current VM token, when this server issued it: (client, since).
-    driver: tuple[str, str] | None = None
+    #: Who drives the run, when this server handed it over (start_run, resume_run,
+    #: run_program or a cancel_run that took it).
+    driver: Driver | None = None
     #: The last hand-over as recorded: (taken by, at).
     taken_over: tuple[str, str] | None = None
     _running: bool = field(default=False, repr=False)
@@ -333,7 +350,7 @@ class DrivenRun:
         self.follower = Follower.start(
             self.outline, self.run.program_source, self.file, run_inputs(self.run, program),
             self.has_memory, self.replay(), on_failure=self.render, on_input=self.bind_input,
-            trace=self.trace())
+            on_value=self.bind_value, trace=self.trace())
 
     def trace(self) -> RunTrace | None:
         """A trace of the followed program when the server traces runs (the host's sessions
@@ -361,10 +378,18 @@ class DrivenRun:
     def bind_input(self, ref: BindingRef, value: str, source: str) -> None:
         """An input the followed program has reached: bound then, as the engine binds it
         (engine.inputs), unless the host's write (of an answer) bound it already."""
+        self.bind_value(ref, value, "input", source)
+
+    def bind_value(self, ref: BindingRef, value: str, kind: str, source: str) -> None:
+        """A value the followed program bound: written then (as ``prose run`` writes it),
+        unless the binding holds it already, as that kind (``output a = a`` makes a
+        session's binding an output)."""
+        kind = kind if kind in BINDING_KINDS else "let"
         with contextlib.suppress(NotFoundError):
-            if self.run.read_binding(ref).value == value:
+            held = self.run.read_binding(ref)
+            if (held.value, held.kind) == (value, kind):
                 return
-        self.run.write_binding(ref, value, "input", source)
+        self.run.write_binding(ref, value, kind, source)
 
     def replay(self) -> Replay:
         """What the followed run did before (see :class:`~.follow.Replay`), from the
@@ -411,6 +436,12 @@ def _statement_of(key: str) -> tuple[str, int]:
     return sid, int(eid)
 
 
+def held_runs_cap() -> int:
+    """How many unfinished runs one server drives at once: a quarter of the descriptors its
+    limit leaves beside its own (HTTP connections take half), at most 1000."""
+    return max(4, min(1000, descriptor_budget() // 4))
+
+
 LOCK_RULE = "one driver per run: a run another live driver holds is not driven from here"
 
 
@@ -431,6 +462,9 @@ class RunRegistry:
     def __init__(self, catalog: RunCatalog) -> None:
         self.catalog = catalog
         self.runs: dict[str, DrivenRun] = {}
+        #: Who drove the runs let go of (an engine's run that ended or was cancelled): a
+        #: run loaded again keeps its driver.
+        self.drivers: dict[str, Driver] = {}
 
     def get(self, run_id: str) -> DrivenRun:
         driven = self.runs.get(run_id)
@@ -440,10 +474,41 @@ class RunRegistry:
             except Exception as exc:  # ResourceNotFoundError names the run
                 raise Refusal("a run is named by its id", str(exc)) from None
             driven = self.runs[run_id] = DrivenRun.load(run)
+            driven.driver = self.drivers.pop(run_id, None)
         return driven
+
+    def known(self, run_id: str) -> DrivenRun | None:
+        """``run_id`` if this server drives it or drove it (loaded again with its driver)."""
+        return self.get(run_id) if run_id in self.drivers else self.runs.get(run_id)
 
     def add(self, driven: DrivenRun) -> None:
         self.runs[driven.id] = driven
+
+    def let_go(self) -> None:
+        """Close what the stores hold open for the runs hosts drive (a journal's append log,
+        opened again by the next write): between calls an unfinished run keeps only its
+        driver lock."""
+        for driven in list(self.runs.values()):
+            if driven.mode == HOST:
+                self.catalog.release(driven.id)
+
+    def check_room(self) -> None:
+        """Refused once this server drives as many unfinished runs as its descriptor limit
+        leaves room for (each holds its driver lock open)."""
+        held = sum(1 for d in self.runs.values() if d.holder is not None and d.holder.held)
+        cap = held_runs_cap()
+        if held >= cap:
+            raise Refusal("a server drives a bounded number of unfinished runs",
+                          f"this server already drives {held} unfinished runs, its limit "
+                          "under its descriptor limit; finish one first (complete_run, with "
+                          "status 'failed' to abandon it) or use another server")
+
+    def forget(self, run_id: str) -> None:
+        """Load ``run_id`` again on its next call (its engine wrote it meanwhile); who drove
+        it is kept."""
+        driven = self.runs.pop(run_id, None)
+        if driven is not None and driven.driver is not None:
+            self.drivers[run_id] = driven.driver
 
     def claim(self, run_id: str, take_over: bool = False) -> DrivenRun:
         """``run_id`` to be driven from here with VM tokens (resume_run). The run-driver lock
@@ -455,6 +520,7 @@ class RunRegistry:
             if self._drivable(driven, take_over):
                 self.hold(driven)
             return driven
+        self.check_room()
         lock: DriverLock | None = None
         for store in self._stores():
             try:

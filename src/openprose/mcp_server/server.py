@@ -155,7 +155,10 @@ class ProseServer(MCPServer):
                 if why:
                     raise Refusal("an argument is UTF-8 text of a bounded size",
                                   f"{name}: {why}")
-        return await super().call_tool(name, arguments, context)
+        try:
+            return await super().call_tool(name, arguments, context)
+        finally:
+            server_context(self).registry.let_go()
 
     async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None,
                          context: Context[Any, Any] | None = None) -> Any:

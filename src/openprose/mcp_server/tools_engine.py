@@ -73,6 +73,7 @@ from openprose.mcp_server.results import (
 )
 from openprose.mcp_server.runs import DRIVER_KEY, GUIDED, DrivenRun
 from openprose.mcp_server.sampling import SamplingProvider
+from openprose.mcp_server.tools_runs import driver_of, drives, record_driver
 from openprose.paths import PathRefused, contained
 from openprose.state import StateError, settings
 from openprose.state.config import postgres_url
@@ -116,7 +117,7 @@ class EngineModes:
         return run
 
     async def _ended(self, run: EngineRun) -> None:
-        self.ctx.registry.runs.pop(run.run_id, None)  # reload its state on the next call
+        self.ctx.registry.forget(run.run_id)  # reload its state on the next call
         self.ctx.catalog.release(run.run_id)  # closing is quick: no worker thread
         with contextlib.suppress(Exception):  # a notification never fails the run
             await self.ctx.changed(run.run_id)
@@ -405,6 +406,7 @@ def _item(item: Item) -> PendingItem:
                        round=judged.round or None, start=JUDGE)
 
 
+
 def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     ctx.modes[GUIDED] = modes.guided
     ctx.modes[DELEGATED] = modes.delegated
@@ -557,6 +559,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
                               meta={"provider": name, "script": script,
                                     "max_concurrency": max_concurrency})
         created.record_result(DRIVER_KEY, status="driver", meta={"mode": DELEGATED})
+        ctx.registry.get(created.id).driver = driver_of(context)
         run = await modes.launch(created.id, DELEGATED, engine, store.kind, max_concurrency,
                                  elicit_consent(context) if wait else None)
         if not wait:
@@ -618,9 +621,10 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
         return compact(result, report_text(result))
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
-    async def cancel_run(run_id: str) -> Annotated[CallToolResult, CancelResult]:
-        """Stop a run the engine drives here, or one queued for workers (wherever a worker
-        drives it); finished work stays; resume_run continues it."""
+    async def cancel_run(run_id: str, context: Context, vm_token: str = "",
+                         take_over: bool = False) -> Annotated[CallToolResult, CancelResult]:
+        """Stop a run the engine drives here, or one queued for workers; finished work stays;
+        resume_run continues it. A run another client drives: its vm_token, or take_over."""
         run = modes.engines.get(run_id)
         if run is None or not run.live:
             queued = await _cancel_queued(ctx.project_root, run_id)
@@ -629,9 +633,20 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
                                f"run {run_id}: {queued}; resume_run(run_id) continues it")
             raise Refusal("cancel_run stops a run the engine is driving in this server or "
                           "one queued for workers", f"run {run_id} is neither")
+        driven = ctx.registry.get(run_id)
+        taken = not drives(driven, context, vm_token)
+        if taken and not take_over:
+            holder = driven.driver.client if driven.driver else "another client"
+            raise Refusal("a run another client drives is stopped or taken over only "
+                          "explicitly", f"run {run_id} is driven by {holder}; give its "
+                          "vm_token, or take_over=true (the journal records who took it)")
+        if taken:  # the caller drives it from now: its resume_run needs no take_over
+            record_driver(driven, driven.mode, context, taking_over=True)
         await run.cancel()
         return compact(CancelResult(run_id=run_id, status=run.status),
-                       f"run {run_id}: {run.status}; resume_run(run_id) continues it")
+                       f"run {run_id}: {run.status}; resume_run(run_id) continues it"
+                       + (f" (taken over by {driven.driver.client})" if taken and driven.driver
+                          else ""))
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def list_runs(limit: int = 20) -> Annotated[CallToolResult, RunList]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import weakref
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -44,10 +45,12 @@ from openprose.mcp_server.runs import (
     SESSION_PREFIX,
     WRITTEN_ONCE,
     DrivenRun,
+    Driver,
     digest,
     new_vm_token,
     program_call,
 )
+from openprose.mcp_server.updates import connection_of
 from openprose.state import BackendUnavailable, BindingRef, StateError, new_run_id
 
 Backend = Literal["filesystem", "sqlite", "postgres"]
@@ -60,19 +63,26 @@ def binding_uri_name(ref: BindingRef) -> str:
     return f"{ref.name}@{ref.execution_id}" if ref.execution_id else ref.name
 
 
-def record_driver(driven: DrivenRun, mode: str, client: str, *, taking_over: bool = False
+def record_driver(driven: DrivenRun, mode: str, context: Context, *, taking_over: bool = False
                   ) -> str:
     """A fresh VM token for ``driven``, recorded (hash and mode, and who took the run over
-    from whom) in its journal; ``client`` holds it from now."""
+    from whom) in its journal; the calling client drives the run from now."""
     token = new_vm_token(driven.id)
-    now = datetime.now(UTC).isoformat(timespec="seconds")
+    driver = driver_of(context)
+    client, now = driver.client, driver.since
     meta = {"mode": mode, "vm": digest(token)}
     if taking_over:
         meta |= {"taken_over_by": client, "taken_over_at": now}
         driven.taken_over = (client, now)
     driven.run.record_result(DRIVER_KEY, status="driver", meta=meta)
-    driven.mode, driven.vm_hash, driven.driver = mode, digest(token), (client, now)
+    driven.mode, driven.vm_hash, driven.driver = mode, digest(token), driver
     return token
+
+
+def driver_of(context: Context) -> Driver:
+    """The calling client, as the driver of a run from now."""
+    return Driver(client_name(context), datetime.now(UTC).isoformat(timespec="seconds"),
+                  weakref.ref(connection_of(context.request_context)))
 
 
 def client_name(context: Context) -> str:
@@ -83,14 +93,31 @@ def client_name(context: Context) -> str:
     return f"client '{name}'" if name else "another client"
 
 
-def check_hand_over(driven: DrivenRun | None, take_over: bool) -> None:
-    """A running run whose VM token this server issued is still driven by that client:
-    resume_run takes it over only when told to (``take_over``)."""
-    if driven is None or take_over or driven.driver is None or driven.status != "running":
+def drives(driven: DrivenRun, context: Context, vm_token: str) -> bool:
+    """Whether the caller drives ``driven``: it is the driver's connection (a handshake
+    client), or it holds the run's VM token (over the stateless protocol no connection
+    outlives a request, so the token is the proof there)."""
+    if driven.driver is None or driven.driver.is_connection(
+            connection_of(context.request_context)):
+        return True
+    return bool(vm_token) and driven.vm_hash is not None and \
+        digest(vm_token) == driven.vm_hash
+
+
+def check_hand_over(driven: DrivenRun | None, context: Context, take_over: bool,
+                    vm_token: str) -> None:
+    """A run another client drives from this server (running, or stopped by cancel_run) is
+    taken over only when told to (``take_over``); its own driver resumes a run it stopped.
+    A running run is resumed only by a take-over, its driver's own call included (its VM
+    token still works: run_status says where it is)."""
+    if driven is None or take_over or driven.driver is None:
         return
-    holder, since = driven.driver
+    running = driven.status == "running"
+    if not running and (drives(driven, context, vm_token) or driven.status != "interrupted"):
+        return
+    holder, since = driven.driver.client, driven.driver.since
     raise Refusal("a run another client drives is taken over only explicitly",
-                  f"run {driven.id} is driven by {holder} (VM token issued at {since}); call "
+                  f"run {driven.id} is driven by {holder} (since {since}); call "
                   "resume_run(run_id, take_over=true) to take it over: that client's VM token "
                   "then stops working and its next call says who took the run")
 
@@ -188,6 +215,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             store = ctx.catalog.store(backend)
             run_id = new_run_id()
             if mode == HOST:  # an engine mode's engine takes the lock itself
+                ctx.registry.check_room()
                 lock = store.driver_lock(run_id, new=True)
             run = store.create_run(source, path, run_id=run_id)
         except (BackendUnavailable, StateError) as exc:
@@ -195,10 +223,12 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 lock.release()
             raise ToolError(f"start_run: the {backend} state backend: {exc}") from None
         driven = DrivenRun(run, outline, file, mode, None, holder=lock)
-        token = record_driver(driven, mode, client_name(context))
+        token = record_driver(driven, mode, context)
         record_given(run, given)  # each is bound when the program reaches it, as in prose run
         if mode == HOST:
             driven.follow()
+            if driven.follower is not None:  # what it computes first is written now
+                await driven.follower.quiet()
         driven.render()
         ctx.registry.add(driven)
         extra = None
@@ -243,12 +273,13 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def resume_run(run_id: str, context: Context, take_over: bool = False,
-                         inputs: dict[str, str] | None = None
+                         inputs: dict[str, str] | None = None, vm_token: str = ""
                          ) -> Annotated[CallToolResult, ResumeResult]:
         """Continue a run: a fresh VM token (the old one stops working), its status and
-        outline. take_over: a run another driver holds. inputs: the missing ones."""
-        known = ctx.registry.runs.get(run_id)
-        check_hand_over(known, take_over)
+        outline. take_over: take a run another driver holds. inputs: missing inputs.
+        vm_token: the run's, when you stopped it."""
+        known = ctx.registry.known(run_id)
+        check_hand_over(known, context, take_over, vm_token)
         held = known is not None and known.holder is not None and known.holder.held
         driven = ctx.registry.claim(run_id, take_over)
         try:
@@ -283,9 +314,11 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         if driven.follower is not None:
             for name, value in given.items():
                 await driven.follower.input_written(name, value)
+            await driven.follower.quiet()
         mode = HOST if driven.mode == ENGINE else driven.mode
-        token = record_driver(driven, mode, client_name(context),
-                              taking_over=known is not None and known.driver is not None)
+        own = known is not None and drives(known, context, vm_token)
+        token = record_driver(driven, mode, context, taking_over=known is not None
+                              and known.driver is not None and (take_over or not own))
         extra = None
         if mode != HOST and mode in ctx.modes:
             extra = await ctx.modes[mode].resumed(ctx, driven, context)

@@ -512,6 +512,9 @@ async def _vm_write(ctx: ServerContext, token: str, name: str, value: str, copy_
                           f"no binding '{copy_of}' is visible from "
                           + (f"frame {eid}" if eid else "the top level"), statement)
         value = found.value
+    if driven.follower is not None and statement.kind != "input":  # written when computed
+        await driven.follower.vm_write(statement, name, eid, value)
+        return await _written(ctx, driven, BindingRef(name, eid), value, summary)
     given = given_inputs(driven.run).get(name) if statement.kind == "input" else None
     if given is not None and given != value:  # bound to it once the program reaches it
         raise Refusal(WRITTEN_ONCE["input"],
@@ -529,7 +532,14 @@ async def _vm_write(ctx: ServerContext, token: str, name: str, value: str, copy_
             driven.run.write_binding(ref, value, kind, statement.source)
         if statement.kind == "input" and driven.follower is not None:
             await driven.follower.input_written(name, value)
-    result = WriteResult(binding=name, location=driven.run.binding_location(ref),
-                         execution_id=eid, bytes=len(value.encode()), summary=summary or None)
+    return await _written(ctx, driven, ref, value, summary)
+
+
+async def _written(ctx: ServerContext, driven: DrivenRun, ref: BindingRef, value: str,
+                   summary: str) -> CallToolResult:
+    """The confirmation of a VM write (``ref`` holds ``value``)."""
+    result = WriteResult(binding=ref.name, location=driven.run.binding_location(ref),
+                         execution_id=ref.execution_id, bytes=len(value.encode()),
+                         summary=summary or None)
     await ctx.changed(driven.id, [binding_uri_name(ref)])
     return reply(result, confirmation_text(result))

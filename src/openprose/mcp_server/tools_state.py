@@ -124,6 +124,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
             for param in definition.params:
                 driven.run.write_binding(BindingRef(param, frame.execution_id), given[param],
                                          "param", source)
+            if followed is not None and driven.follower is not None:
+                driven.follower.pushed(followed)
             driven.render()
         await ctx.changed(driven.id, [f"{p}@{frame.execution_id}" for p in definition.params])
         result = FrameResult(execution_id=frame.execution_id, block=block, depth=frame.depth,

@@ -9,12 +9,16 @@ gets the signal back to choose an exit status.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
+import itertools
 import json
+import logging
 import os
 import queue
 import re
+import resource
 import secrets
 import signal
 import socket
@@ -53,6 +57,15 @@ STDOUT_DRAIN_S = 5.0
 MAX_MESSAGE_BYTES = MAX_VALUE_BYTES + 1024 * 1024
 #: The request id in a message's first bytes, before its params (clients send it there).
 _REQUEST_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+
+#: Seconds an HTTP connection may take to send a whole request head (a new connection, or a
+#: kept-alive one between requests) before it is closed: no token is needed to open one.
+HEAD_TIMEOUT_S = 10.0
+#: Descriptors left to the rest of the server (stores, logs, the watcher) beside connections.
+RESERVED_FDS = 64
+#: Connections held at once, at most, however high the descriptor limit.
+MAX_CONNECTIONS = 1000
+_CONNECTION_NUMBERS = itertools.count()
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -121,6 +134,84 @@ def bind_loopback(port: int) -> socket.socket:
     return sock
 
 
+def descriptor_budget() -> int:
+    """The descriptors the limit leaves beside the server's own (:data:`RESERVED_FDS`), for
+    what clients make it hold: connections, and the locks of the runs they drive."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return MAX_CONNECTIONS * 4 if soft == resource.RLIM_INFINITY else soft - RESERVED_FDS
+
+
+def connection_budget() -> tuple[int, int]:
+    """How many HTTP connections the server holds at once, and how many it accepts in one go
+    (asyncio accepts up to its backlog before any is handed over, each a descriptor): half
+    and a quarter of :func:`descriptor_budget`, at most :data:`MAX_CONNECTIONS` and 128."""
+    budget = descriptor_budget()
+    return max(8, min(MAX_CONNECTIONS, budget // 2)), max(4, min(128, budget // 4))
+
+
+def plain_logging() -> None:
+    """Log to stderr through a plain handler instead of the SDK's rich one, which imports its
+    traceback renderer on the first error: with every descriptor in use that import failed
+    too, and the failure to log ended the server. The plain handler needs nothing it has not
+    loaded (without a descriptor, a traceback only lacks its source lines)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+
+
+def _guarded_protocol(cap: int) -> type:
+    """uvicorn's h11 protocol with two guards against connections that never finish a request
+    head (uvicorn times out only idle kept-alive ones): such a connection is closed after
+    :data:`HEAD_TIMEOUT_S`, and past ``cap`` connections the oldest one still waiting for a
+    head is closed to make room (a request under way is never cut; with none waiting, the new
+    connection is). An authenticated client, which sends its head at once, is served while
+    unauthenticated ones hold connections open."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Guarded(H11Protocol):  # type: ignore[misc]
+        number = 0
+        deadline: asyncio.TimerHandle | None = None
+
+        def waiting(self) -> bool:
+            """No request under way: the connection is waiting for a request head."""
+            return self.cycle is None or self.cycle.response_complete
+
+        def arm(self) -> None:
+            if self.deadline is not None:
+                self.deadline.cancel()
+            self.deadline = self.loop.call_later(HEAD_TIMEOUT_S, self.expire)
+
+        def expire(self) -> None:
+            if self.waiting() and not self.transport.is_closing():
+                self.shutdown()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self.number = next(_CONNECTION_NUMBERS)
+            self.arm()
+            if len(self.connections) <= cap:
+                return
+            idle = [c for c in self.connections
+                    if isinstance(c, Guarded) and c.waiting() and not c.transport.is_closing()]
+            oldest = min(idle, key=lambda c: c.number)  # this one is waiting too
+            oldest.shutdown()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.deadline is not None:
+                self.deadline.cancel()
+            super().connection_lost(exc)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self.arm()
+
+    return Guarded
+
+
 def _uvicorn_server(app: ASGIApp, sock: socket.socket) -> Any:
     import uvicorn
 
@@ -132,8 +223,10 @@ def _uvicorn_server(app: ASGIApp, sock: socket.socket) -> Any:
             yield
 
     host, port = sock.getsockname()[:2]
+    cap, backlog = connection_budget()
     return Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                 access_log=False, lifespan="on", timeout_graceful_shutdown=2))
+                                 access_log=False, lifespan="on", timeout_graceful_shutdown=2,
+                                 http=_guarded_protocol(cap), backlog=backlog))
 
 
 async def _first_signal(received: list[int], stop: Callable[[], Awaitable[None]]) -> None:

@@ -31,7 +31,7 @@ def run_uris(run_id: str, bindings: Iterable[str] = ()) -> list[str]:
     return [RUNS_URI, f"{base}/state", *(f"{base}/bindings/{name}" for name in bindings)]
 
 
-def _client(ctx: ServerRequestContext) -> object:
+def connection_of(ctx: ServerRequestContext) -> object:
     """The connection a request came on: each request gets its own session object, all of
     them sending on the one connection (the SDK exposes it on the session only)."""
     return ctx.session._connection
@@ -55,12 +55,12 @@ class RunUpdates:
 
     async def _subscribe(self, ctx: ServerRequestContext, params: types.SubscribeRequestParams
                          ) -> types.EmptyResult:
-        self._subscribers.setdefault(str(params.uri), {})[_client(ctx)] = ctx.session
+        self._subscribers.setdefault(str(params.uri), {})[connection_of(ctx)] = ctx.session
         return types.EmptyResult()
 
     async def _unsubscribe(self, ctx: ServerRequestContext,
                            params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        self._subscribers.get(str(params.uri), {}).pop(_client(ctx), None)
+        self._subscribers.get(str(params.uri), {}).pop(connection_of(ctx), None)
         return types.EmptyResult()
 
     def subscribed(self, uri: str) -> int:

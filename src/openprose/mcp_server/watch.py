@@ -41,6 +41,11 @@ logger = logging.getLogger(__name__)
 SETTLE_S = 0.2  # a write is checked once its path has been quiet this long
 STATE_HEADER = "# Execution State"
 STOP_WAIT_S = 30.0  # stop() waits at most this long for a check under way
+#: After a check of a run, the next waits this many times as long as the check took: a check
+#: reopens the run (reading its whole journal, holding the interpreter lock the run's own
+#: writer needs), so checks at every pause of a long run made each round cost more than the
+#: last; resting keeps them to a tenth of the time however long the run grows.
+CHECK_REST = 9.0
 #: What the kernel reports: a file created, renamed into place, or closed after writing. Not
 #: each write (journal appends would wake the watcher on every record) nor opens and reads.
 EVENTS = [FileCreatedEvent, FileMovedEvent, FileClosedEvent]
@@ -96,6 +101,7 @@ class RunWatcher(FileSystemEventHandler):
         self.on_report = on_report
         self._reports: dict[str, list[OutsideWrite]] = {}
         self._due: dict[str, float] = {}  # run id -> when its files will have been quiet
+        self._rested: dict[str, float] = {}  # run id -> when it may be checked again
         self._pending: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -140,7 +146,8 @@ class RunWatcher(FileSystemEventHandler):
         with self._lock:  # one check per run once its files have been quiet for SETTLE_S
             self._pending.setdefault(run_id, set()).add(target[1])
             idle = not self._due  # otherwise the settler wakes for an earlier deadline
-            self._due[run_id] = time.monotonic() + SETTLE_S
+            self._due[run_id] = max(time.monotonic() + SETTLE_S,
+                                    self._rested.get(run_id, 0.0))
             if idle:
                 self._wake.notify()
 
@@ -171,14 +178,20 @@ class RunWatcher(FileSystemEventHandler):
                     del self._due[run_id]
                 self._checking = True
                 self._lock.release()
+                rested = {}
                 try:
                     for run_id, changed in batches:
+                        began = time.monotonic()
                         try:
                             self._check(run_id, changed)
                         except Exception:  # a bug in a check must not stop the watching
                             logger.exception("checking run %s failed", run_id)
+                        ended = time.monotonic()
+                        rested[run_id] = ended + CHECK_REST * (ended - began)
                 finally:
                     self._lock.acquire()
+                    now = time.monotonic()
+                    self._rested = {k: v for k, v in (self._rested | rested).items() if v > now}
                     self._checking = False
                     self._wake.notify_all()
 
