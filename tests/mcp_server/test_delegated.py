@@ -216,7 +216,7 @@ async def test_cancel_then_resume_continues_without_repeating_work(root):
         cancelled = await client.call_tool("cancel_run", {"run_id": run_id})
         assert cancelled.structured_content["status"] == "interrupted"
         again = await client.call_tool("cancel_run", {"run_id": run_id})
-        assert again.is_error and "not running here" in again.content[0].text
+        assert again.is_error and "is neither" in again.content[0].text
         (root / "slow.yaml").write_text(slow.replace("LATENCY", "0"))
         resumed = await client.call_tool("resume_run", {"run_id": run_id})
         assert not resumed.is_error, resumed.content[0].text
