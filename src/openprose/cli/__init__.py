@@ -24,6 +24,7 @@ COMMANDS = {
     "install-skill": "openprose.cli.install_skill_cmd:install_skill_command",
     "serve": "openprose.cli.serve_cmd:serve_command",
     "hook": "openprose.cli.hook_cmd:hook_command",
+    "lsp": "openprose.cli.lsp_cmd:lsp_command",
 }
 
 

@@ -95,6 +95,7 @@ class Lexer:
         self.diagnostics: list[Diagnostic] = []
         self.indents = [0]
         self.brackets: list[tuple[str, Span]] = []
+        self.comments: list[Span] = []  # for editors: highlighting, and formatting's refusal
 
     # ------------------------------------------------------------------ helpers
     def error(self, code: str, message: str, span: Span) -> None:
@@ -182,8 +183,10 @@ class Lexer:
         self.emit(T.EOF, "", end)
 
     def skip_comment(self) -> None:
+        line, col = self.here()
         end = self.src.find("\n", self.pos)
         self.advance((len(self.src) if end < 0 else end) - self.pos)
+        self.comments.append(self.span_from(line, col))
 
     # ------------------------------------------------------------------ indentation
     def handle_indentation(self) -> bool:
