@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from openprose.language import nodes as n
 from openprose.language import paths
+from openprose.language.lexer import NAME_RE
 
 #: kinds of statement that spawn a session
 SESSION_KINDS = frozenset({"session", "resume"})
@@ -257,6 +258,8 @@ def _symbols(statements: dict[str, Statement]
     return ({k: tuple(v) for k, v in defined.items()}, {k: tuple(v) for k, v in read.items()})
 
 
+#: the patterns :meth:`_Names.find` has compiled, by their text
+_PATTERNS: dict[str, re.Pattern[str]] = {}
 #: properties whose bare-word value is a setting (``model: opus``), never a binding
 _WORD_VALUED = frozenset({"model", "persist", "backoff", "bash", "network"})
 
@@ -287,14 +290,16 @@ class _Names:
         """The span of ``name`` where ``pattern`` (``{}`` standing for it) first matches in
         ``node``'s source, from ``start`` (default: the node's start) on."""
         begin = start or node.span
-        regex = re.compile(pattern.format("(" + re.escape(name) + r")(?![\w-])"))
+        regex = _PATTERNS.get(pattern)
+        if regex is None:
+            regex = _PATTERNS[pattern] = re.compile(pattern.format(f"({NAME_RE.pattern})"))
         for line in range(begin.line, node.span.end_line + 1):
             if not 0 < line <= len(self.lines):
                 return None
             text = self.lines[line - 1]
             offset = (begin.end_column - 1 if start else begin.column - 1) \
                 if line == begin.line else 0
-            match = regex.search(text, offset)
+            match = next((m for m in regex.finditer(text, offset) if m.group(1) == name), None)
             if match:
                 return n.Span(line, match.start(1) + 1, line, match.end(1) + 1)
         return None
