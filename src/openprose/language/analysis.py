@@ -235,13 +235,13 @@ def agent_settings(node: n.AgentDef) -> Agent:
 def _symbols(statements: dict[str, Statement]
              ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
     defined: dict[str, list[str]] = {}
-    read: dict[str, list[str]] = {}
+    read: dict[str, dict[str, None]] = {}  # a dict per name: ordered, no repeats
     for sid, stmt in statements.items():
         for name in (stmt.binds, *stmt.names):
             if name:
                 defined.setdefault(name, []).append(sid)
         if stmt.agent:
-            read.setdefault(stmt.agent, []).append(sid)
+            read.setdefault(stmt.agent, {})[sid] = None
         if stmt.node is None:
             continue
         for node in n.walk(stmt.node):
@@ -253,8 +253,7 @@ def _symbols(statements: dict[str, Statement]
             elif isinstance(node, n.DoCall):
                 names = (node.block,)
             for name in names:
-                if sid not in read.setdefault(name, []):
-                    read[name].append(sid)
+                read.setdefault(name, {})[sid] = None
     return ({k: tuple(v) for k, v in defined.items()}, {k: tuple(v) for k, v in read.items()})
 
 
