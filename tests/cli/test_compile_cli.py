@@ -119,7 +119,8 @@ def test_reads_standard_input() -> None:
 def test_compile_does_not_import_engine_sdks_or_drivers() -> None:
     code = ("import sys, openprose.cli.compile_cmd; "
             "heavy = [m for m in ('mcp', 'anthropic', 'psycopg', 'openprose.engine', "
-            "'openprose.state', 'rich') if m in sys.modules]; print(heavy)")
+            "'openprose.state', 'rich', 'pygls', 'lsprotocol', 'openprose.lsp') "
+            "if m in sys.modules]; print(heavy)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"

@@ -231,6 +231,19 @@ def test_throw_message_fails_program_with_location(harness):
     assert (info.value.span.line, info.value.location) == (2, "test.prose:2:1")
 
 
+def test_assert_throws_unless_its_condition_holds(harness):
+    """``assert`` (newer syntax, W020) runs as throw-unless; ``is`` compares as ``==``."""
+    h = harness({"sessions": [{"match": "mode", "output": "fetch"}]})
+    program = ('let mode = session "mode?"\nassert mode is "fetch": "wrong mode"\n'
+               'output done = session "after"\n')
+    assert h.run(program) == {"done": "ok"}
+    h2 = harness({"sessions": [{"match": "mode", "output": "parse"}]})
+    with pytest.raises(ThrownError, match="wrong mode") as info:
+        h2.run(program)
+    assert info.value.span.line == 2
+    assert h2.prompts() == ["mode?"]
+
+
 def test_blocks_params_recursion_and_execution_ids(harness):
     h = harness({"sessions": [{"match": r"leaf (\d)", "output": r"L\1"}]})
     out = h.run('block walk(n):\n  if n <= 0:\n    output session "leaf {n}"\n  else:\n'

@@ -27,6 +27,7 @@ COMMANDS = {
     "worker": "openprose.cli.worker_cmd:worker_command",
     "cancel": "openprose.cli.worker_cmd:cancel_command",
     "ui": "openprose.cli.ui_cmd:ui_command",
+    "lsp": "openprose.cli.lsp_cmd:lsp_command",
 }
 
 

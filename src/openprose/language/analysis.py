@@ -15,12 +15,14 @@ Walkers over the syntax tree derive from :class:`NodeVisitor`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from openprose.language import nodes as n
 from openprose.language import paths
+from openprose.language.lexer import NAME_RE
 
 #: kinds of statement that spawn a session
 SESSION_KINDS = frozenset({"session", "resume"})
@@ -92,6 +94,29 @@ class Block:
     max_depth: int  # the default applied (see BlockDef.depth_limit)
 
 
+@dataclass(frozen=True, slots=True)
+class Symbol:
+    """One place a name is written: ``defines`` it (a binding, an agent, a block, a
+    parameter, a loop/pipeline/catch variable, an imported program's alias) or reads it.
+    ``kind``: binding, agent, block, parameter, variable or program (what it names; a
+    reading of a value is ``binding`` until resolved). ``scope``: for a parameter or variable,
+    the span of the construct it is visible in (None: the whole program)."""
+
+    name: str
+    span: n.Span
+    kind: str
+    defines: bool
+    statement: str
+    scope: n.Span | None = None
+
+    def contains(self, line: int, column: int) -> bool:
+        return _within(self.span, line, column)
+
+
+def _within(span: n.Span, line: int, column: int) -> bool:
+    return (span.line, span.column) <= (line, column) <= (span.end_line, span.end_column)
+
+
 @dataclass
 class Analysis:
     statements: dict[str, Statement]
@@ -107,9 +132,14 @@ class Analysis:
     #: the parallel; a pipeline stage ``9.p0`` its stage): what a key's ``[i]``/``|b`` is of
     constructs: dict[str, n.Node] = field(default_factory=dict)
     program: n.Program | None = field(default=None, repr=False)
+    #: every name written in the source, with its exact span, in source order
+    symbols: tuple[Symbol, ...] = ()
     _outputs: frozenset[int] = field(default=frozenset(), init=False, repr=False)
+    _named: dict[str, list[Symbol]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        for symbol in self.symbols:
+            self._named.setdefault(symbol.name, []).append(symbol)
         self._outputs = frozenset(id(s.node) for s in self.statements.values()
                                   if s.binds in self.outputs and s.binding_kind == "output"
                                   and s.block is None)
@@ -118,6 +148,29 @@ class Analysis:
         """Whether the ``output`` statement ``node`` sets one of the program's outputs (it
         is outside every block definition)."""
         return id(node) in self._outputs
+
+    def symbol_at(self, line: int, column: int) -> Symbol | None:
+        """The name written at ``line:column`` (1-based), if any."""
+        return next((s for s in self.symbols if s.contains(line, column)), None)
+
+    def definitions_of(self, symbol: Symbol) -> list[Symbol]:
+        """Where the name ``symbol`` writes is defined: the innermost parameter or variable
+        whose construct holds it, else the program's definitions of that name and sort."""
+        values = ("binding", "parameter", "variable", "program")
+        sorts = values if symbol.kind in values else (symbol.kind,)
+        found = [d for d in self._named.get(symbol.name, ()) if d.defines and d.kind in sorts]
+        line, column = symbol.span.line, symbol.span.column
+        scoped = [d for d in found if d.scope is not None and _within(d.scope, line, column)]
+        if scoped:
+            inner = max(scoped, key=lambda d: (d.scope.line, d.scope.column))  # type: ignore[union-attr]
+            return [inner]
+        return [d for d in found if d.scope is None]
+
+    def references_of(self, symbol: Symbol) -> list[Symbol]:
+        """Every place the name ``symbol`` writes is defined or read, resolved the same way."""
+        targets = set(self.definitions_of(symbol))
+        return [s for s in self._named.get(symbol.name, ())
+                if s in targets or not targets.isdisjoint(self.definitions_of(s))]
 
     def writers_of(self, name: str, block: str | None) -> list[Statement]:
         """The statements inside ``block`` (None: top level) that bind ``name``."""
@@ -137,7 +190,8 @@ def analyze(program: n.Program, source: str) -> Analysis:
                     {name: agent_settings(a) for name, a in program.agents.items()},
                     {name: Block(b.name, b.params, b.depth_limit)
                      for name, b in program.blocks.items()},
-                    *_symbols(statements), walker.constructs, program)
+                    *_symbols(statements), walker.constructs, program,
+                    tuple(_Names(source.split("\n"), statements).walk(program)))
 
 
 def program_outputs(statements: Any) -> tuple[str, ...]:
@@ -181,13 +235,13 @@ def agent_settings(node: n.AgentDef) -> Agent:
 def _symbols(statements: dict[str, Statement]
              ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
     defined: dict[str, list[str]] = {}
-    read: dict[str, list[str]] = {}
+    read: dict[str, dict[str, None]] = {}  # a dict per name: ordered, no repeats
     for sid, stmt in statements.items():
         for name in (stmt.binds, *stmt.names):
             if name:
                 defined.setdefault(name, []).append(sid)
         if stmt.agent:
-            read.setdefault(stmt.agent, []).append(sid)
+            read.setdefault(stmt.agent, {})[sid] = None
         if stmt.node is None:
             continue
         for node in n.walk(stmt.node):
@@ -199,9 +253,131 @@ def _symbols(statements: dict[str, Statement]
             elif isinstance(node, n.DoCall):
                 names = (node.block,)
             for name in names:
-                if sid not in read.setdefault(name, []):
-                    read[name].append(sid)
+                read.setdefault(name, {})[sid] = None
     return ({k: tuple(v) for k, v in defined.items()}, {k: tuple(v) for k, v in read.items()})
+
+
+#: the patterns :meth:`_Names.find` has compiled, by their text
+_PATTERNS: dict[str, re.Pattern[str]] = {}
+#: properties whose bare-word value is a setting (``model: opus``), never a binding
+_WORD_VALUED = frozenset({"model", "persist", "backoff", "bash", "network"})
+
+
+class _Names:
+    """The names written in a program, each with its span: the parser keeps spans of nodes,
+    so a name inside a node (``let NAME``, ``block NAME(A, B)``, ``session: AGENT``) is
+    found in the node's source after the word before it. Iterative, as deep trees are."""
+
+    def __init__(self, lines: list[str], statements: dict[str, Statement]) -> None:
+        self.lines = lines
+        self.paths = {id(s.node): s.id for s in statements.values() if s.node is not None}
+        self.out: list[Symbol] = []
+
+    def walk(self, program: n.Program) -> list[Symbol]:
+        stack: list[tuple[n.Node, str]] = [(program, "")]
+        while stack:
+            node, sid = stack.pop()
+            sid = self.paths.get(id(node), sid)
+            self.node(node, sid)
+            if isinstance(node, n.Property) and node.name in _WORD_VALUED:
+                continue  # ``model: sonnet`` names a setting, not a binding
+            stack.extend((child, sid) for child in reversed(list(node.children())))
+        return sorted(self.out, key=lambda s: (s.span.line, s.span.column))
+
+    def find(self, node: n.Node, pattern: str, name: str, start: n.Span | None = None
+             ) -> n.Span | None:
+        """The span of ``name`` where ``pattern`` (``{}`` standing for it) first matches in
+        ``node``'s source, from ``start`` (default: the node's start) on."""
+        begin = start or node.span
+        regex = _PATTERNS.get(pattern)
+        if regex is None:
+            regex = _PATTERNS[pattern] = re.compile(pattern.format(f"({NAME_RE.pattern})"))
+        for line in range(begin.line, node.span.end_line + 1):
+            if not 0 < line <= len(self.lines):
+                return None
+            text = self.lines[line - 1]
+            offset = (begin.end_column - 1 if start else begin.column - 1) \
+                if line == begin.line else 0
+            match = next((m for m in regex.finditer(text, offset) if m.group(1) == name), None)
+            if match:
+                return n.Span(line, match.start(1) + 1, line, match.end(1) + 1)
+        return None
+
+    def add(self, name: str, span: n.Span | None, kind: str, defines: bool, sid: str,
+            scope: n.Span | None = None) -> None:
+        if span is not None:
+            self.out.append(Symbol(name, span, kind, defines, sid, scope))
+
+    def node(self, node: n.Node, sid: str) -> None:
+        add, find = self.add, self.find
+        match node:
+            case n.Name():
+                add(node.id, node.span, "binding", False, sid)
+            case n.Interpolation():
+                first = node.path[0]
+                col = node.span.column + 1
+                add(first, n.Span(node.span.line, col, node.span.line, col + len(first)),
+                    "binding", False, sid)
+            case n.Session():
+                if node.label:
+                    add(node.label, find(node, r"\bsession\s+{}", node.label), "binding",
+                        True, sid)
+                if node.agent:
+                    add(node.agent, find(node, r":\s*{}", node.agent), "agent", False, sid)
+            case n.DoCall():
+                add(node.block, find(node, r"\bdo\s+{}", node.block), "block", False, sid)
+            case n.ProgramCall():
+                add(node.callee, find(node, "{}", node.callee), "program", False, sid)
+            case n.Let() if isinstance(node.target, str):
+                add(node.target, find(node, r"\b(?:let|const)\s+{}", node.target), "binding",
+                    True, sid)
+            case n.Destructure():
+                for name in node.names:
+                    add(name, find(node, r"[{{,]\s*{}", name), "binding", True, sid)
+            case n.Assign():
+                add(node.target, find(node, "{}", node.target), "binding", True, sid)
+            case n.Output() if node.name:
+                add(node.name, find(node, r"\boutput\s+{}", node.name), "binding", True, sid)
+            case n.Input():
+                add(node.name, find(node, r"\binput\s+{}", node.name), "binding", True, sid)
+            case n.Branch() if node.name:
+                add(node.name, find(node, "{}", node.name), "binding", True, sid)
+            case n.AgentDef():
+                add(node.name, find(node, r"\bagent\s+{}", node.name), "agent", True, sid)
+            case n.BlockDef():
+                name = find(node, r"\bblock\s+{}", node.name)
+                add(node.name, name, "block", True, sid)
+                for param in node.params:
+                    add(param, find(node, r"[(,]\s*{}", param, name), "parameter", True, sid,
+                        node.span)
+            case n.For():
+                add(node.item, find(node, r"\bfor\s+{}", node.item), "variable", True, sid,
+                    node.span)
+                if node.index:
+                    add(node.index, find(node, r",\s*{}", node.index), "variable", True, sid,
+                        node.span)
+            case n.Repeat() | n.Loop() if node.index:
+                after = node.condition.span if isinstance(node, n.Loop) and node.condition \
+                    else None
+                add(node.index, find(node, r"\bas\s+{}", node.index, after), "variable",
+                    True, sid, node.span)
+            case n.Try() if node.catch_name and node.body:
+                add(node.catch_name, find(node, r"\bcatch\s+as\s+{}", node.catch_name,
+                                          node.body[-1].span), "variable", True, sid, node.span)
+            case n.PipeOp():
+                if node.kind == "reduce":
+                    for name in (node.accumulator or "", node.variable):
+                        add(name, find(node, r"[(,]\s*{}", name), "variable", True, sid,
+                            node.span)
+                else:  # the implicit ``item`` is defined by the operation's word
+                    word = find(node, r"\|\s*{}", node.kind)
+                    add(node.variable, word, "variable", True, sid, node.span)
+            case n.Use():
+                if node.alias:
+                    add(node.alias, find(node, r"\bas\s+{}", node.alias, node.path.span),
+                        "program", True, sid)
+                else:
+                    add(node.handle, node.path.span, "program", True, sid)
 
 
 class _Statements(NodeVisitor):
@@ -384,4 +560,4 @@ def _judged(condition: n.Node) -> bool:
 
 
 __all__ = ["BINDING_KINDS", "SESSION_KINDS", "Agent", "Analysis", "Block", "NodeVisitor",
-           "Statement", "agent_settings", "analyze", "persist_scope", "program_outputs"]
+           "Statement", "Symbol", "agent_settings", "analyze", "persist_scope", "program_outputs"]

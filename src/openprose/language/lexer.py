@@ -60,6 +60,12 @@ NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:-[A-Za-z_][A-Za-z0-9_]*)*")
 #: The longest name: names become file names and keys of the run's state.
 MAX_NAME = 128
 NUMBER_RE = re.compile(r"\d+(?:\.\d+)?")
+#: How a refused construct of a later OpenProse version ends its message (E035).
+NOT_IMPLEMENTED = "is not part of the language this compiler implements (OpenProse 0.8)"
+#: A later version's duration literal (``120s``, ``500ms``, ``5m``, ``2h``): refused (E035).
+DURATION_RE = re.compile(r"(?:ms|s|m|h)(?![A-Za-z0-9_])")
+#: Where a ``**…**`` condition spanning lines may close: before the next blank line.
+PARAGRAPH_END_RE = re.compile(r"\n[ \t\f]*(?:\n|$)")
 QUOTES_RE = re.compile(r'"+')
 SPACE_RE = re.compile(r"[ \t\f]+")
 TEXT_RE = re.compile(r'[^"\\{\n]+')
@@ -92,6 +98,7 @@ class Lexer:
         #: meaning of a line depends on how wide a tab is (tabs mixed with spaces).
         self.narrow = [0]
         self.brackets: list[tuple[str, Span]] = []
+        self.comments: list[Span] = []  # for editors: highlighting, and formatting's refusal
 
     # ------------------------------------------------------------------ helpers
     def error(self, code: str, message: str, span: Span) -> None:
@@ -147,6 +154,11 @@ class Lexer:
                 line, col = self.here()
                 text = NUMBER_RE.match(self.src, self.pos).group()  # type: ignore[union-attr]
                 self.advance(len(text))
+                unit = DURATION_RE.match(self.src, self.pos)
+                if unit:  # read on as the number alone, so this is the one error it gets
+                    self.advance(len(unit.group()))
+                    self.error("E035", f"the duration literal '{text}{unit.group()}' is newer "
+                               f"syntax that {NOT_IMPLEMENTED}", self.span_from(line, col))
                 self.emit(T.NUMBER, text, self.span_from(line, col))
             elif "a" <= ch <= "z" or "A" <= ch <= "Z" or ch == "_":
                 line, col = self.here()
@@ -174,8 +186,10 @@ class Lexer:
         self.emit(T.EOF, "", end)
 
     def skip_comment(self) -> None:
+        line, col = self.here()
         end = self.src.find("\n", self.pos)
         self.advance((len(self.src) if end < 0 else end) - self.pos)
+        self.comments.append(self.span_from(line, col))
 
     # ------------------------------------------------------------------ indentation
     def handle_indentation(self) -> bool:
@@ -266,6 +280,8 @@ class Lexer:
         newline = self.src.find("\n", self.pos)
         newline = len(self.src) if newline < 0 else newline
         end = self.src.find("**", self.pos, newline)
+        if end < 0 and self.lex_discretion_lines(line, col):
+            return
         if end < 0:
             self.error("E005", "unterminated '**' condition (close it with '**' on the same line)",
                        Span(line, col, line, col + 2))
@@ -275,6 +291,22 @@ class Lexer:
             text = self.src[self.pos:end]
             self.advance(end - self.pos + 2)
         self.emit(T.DISCRETION, text.strip(), self.span_from(line, col))
+
+    def lex_discretion_lines(self, line: int, col: int) -> bool:
+        """A ``**…**`` condition or prompt over several lines (newer syntax, closing before
+        the next blank line), read as the same text on one line: OpenProse 0.8's ``**…**``
+        stays on its line, and the line breaks carry no meaning. False: no close."""
+        stop = PARAGRAPH_END_RE.search(self.src, self.pos)
+        end = self.src.find("**", self.pos, stop.start() if stop else len(self.src))
+        if end < 0:
+            return False
+        text = " ".join(self.src[self.pos:end].split())
+        self.advance(end - self.pos + 2)
+        self.warn("W020", "a '**...**' text over several lines is newer syntax, read as one "
+                  "line (in OpenProse 0.8 '**...**' closes on its line; '***' blocks span lines)",
+                  Span(line, col, line, col + 2))
+        self.emit(T.DISCRETION, text, self.span_from(line, col))
+        return True
 
     # ------------------------------------------------------------------ strings
     def lex_string(self) -> None:

@@ -13,7 +13,7 @@ from typing import NoReturn, TypeVar
 from openprose.errors import OpenProseError
 from openprose.language import nodes as n
 from openprose.language.diagnostics import Diagnostic, Severity
-from openprose.language.lexer import T, Token, tokenize
+from openprose.language.lexer import NOT_IMPLEMENTED, Lexer, T, Token
 
 NodeT = TypeVar("NodeT")
 
@@ -45,8 +45,9 @@ class ParseError(OpenProseError):
 
 
 class Parser:
-    def __init__(self, tokens: list[Token], path: str | None = None) -> None:
+    def __init__(self, tokens: list[Token], path: str | None = None, source: str = "") -> None:
         self.tokens = tokens
+        self.lines = source.split("\n")  # for the text of an input's default (W020)
         self.pos = 0
         self.path = path
         self.diagnostics: list[Diagnostic] = []
@@ -71,10 +72,36 @@ class Parser:
 
     def fail(self, code: str, message: str, token: Token | None = None) -> NoReturn:
         token = token or self.tok
-        raise ParseError(Diagnostic(code, message, token.span, Severity.ERROR, self.path))
+        raise ParseError(self.nested_triple(token) or
+                         Diagnostic(code, message, token.span, Severity.ERROR, self.path))
 
     def report(self, code: str, message: str, span: n.Span) -> None:
         self.diagnostics.append(Diagnostic(code, message, span, Severity.ERROR, self.path))
+
+    def warn(self, code: str, message: str, span: n.Span) -> None:
+        self.diagnostics.append(Diagnostic(code, message, span, Severity.WARNING, self.path))
+
+    def nested_triple(self, token: Token) -> Diagnostic | None:
+        """E036 when ``token``, a token the parser cannot take, comes right after a
+        triple-quoted string: a nested triple quote closed that string early, and what
+        follows is the rest of the text it was meant to hold."""
+        at = next((j for j in range(min(self.pos, len(self.tokens) - 1), max(-1, self.pos - 4), -1)
+                   if self.tokens[j] is token), None)
+        if at is None:
+            return None
+        i = at - 1
+        while i >= 0 and self.tokens[i].kind in (T.NEWLINE, T.INDENT, T.DEDENT):
+            i -= 1
+        before = self.tokens[i] if i >= 0 else None
+        if before is None or before.kind is not T.STRING or not before.triple \
+                or token.kind in (T.EOF, T.DEDENT):
+            return None
+        end = before.span
+        return Diagnostic("E036", 'nested """ inside a """ string: triple-quoted strings do not '
+                          'nest, so this one ended at the inner """ (write the inner quotes as '
+                          '\\"\\"\\")', n.Span(end.end_line, max(1, end.end_column - 3),
+                                                 end.end_line, end.end_column),
+                          Severity.ERROR, self.path)
 
     def unexpected(self, expected: str) -> NoReturn:
         token = self.tok
@@ -176,8 +203,9 @@ class Parser:
                 self.next()
                 continue
             if self.tok.kind is T.INDENT:
-                self.report("E005", "unexpected indentation: this line is indented but nothing "
-                            "above it opens a block", self.tok.span)
+                self.diagnostics.append(self.nested_triple(self.tok) or Diagnostic(
+                    "E005", "unexpected indentation: this line is indented but nothing above "
+                    "it opens a block", self.tok.span, Severity.ERROR, self.path))
                 self.next()
                 out.extend(self.statements(until=T.DEDENT))
                 if self.tok.kind is T.DEDENT:
@@ -235,6 +263,9 @@ class Parser:
                 self.fail("E005", DANGLING[word])
             if word in LATER_VERSIONS and self.peek().kind is T.NAME:
                 self.fail("E005", LATER_VERSIONS[word])
+            if word == "assert" and self.peek().kind not in (T.NEWLINE, T.EOF) \
+                    and not self.peek().is_op("=", ".", ":", ",", ")", "]", "}"):
+                return self.stmt_assert()
             if word in SIMPLE_STATEMENTS and (word == "output" or not self.peek().is_op("=", ".")):
                 handler: Callable[[], n.Node] = getattr(self, f"stmt_{word}")
                 return handler()
@@ -290,8 +321,13 @@ class Parser:
             self.unexpected("the input's name")
         self.expect_op(":", "':' and a description after the input name")
         prompt: n.String | n.Discretion
-        if self.tok.kind is T.STRING:
+        if self.tok.is_op("[", "{"):  # a later version's default in place of a description
+            prompt = self.input_default(None)
+        elif self.tok.kind is T.STRING:
             prompt = self.string("a description")
+            if self.tok.is_op("="):
+                self.next()
+                prompt = self.input_default(prompt)
         elif self.tok.kind is T.DISCRETION:
             t = self.next()
             prompt = n.Discretion(t.value, t.multiline, span=t.span)
@@ -299,6 +335,34 @@ class Parser:
             self.unexpected("a description in quotes or a **prompt**")
         self.end_statement()
         return n.Input(name, prompt, span=self.span(start))
+
+    def input_default(self, description: n.String | None) -> n.String:
+        """An array or object literal as an input's default (newer syntax): OpenProse 0.8
+        inputs have none, so the literal's text joins the description the caller (or the
+        user, when the run pauses for it) reads, and a value must still be supplied."""
+        if not self.tok.is_op("[", "{"):
+            self.unexpected("an array or object literal as the input's default")
+        literal = self.primary()
+        text = self.source_text(literal.span)
+        self.warn("W020", "an input default is newer syntax: OpenProse 0.8 inputs have no "
+                  "default, so its text is added to the description and a value must still be "
+                  "supplied", literal.span)
+        parts: list[str | n.Interpolation] = list(description.parts if description else ())
+        added = (" " if description else "") + f"(default: {text})"
+        if parts and isinstance(parts[-1], str):
+            parts[-1] += added
+        else:
+            parts.append(added)
+        span = description.span.to(literal.span) if description else literal.span
+        return n.String(tuple(parts), span=span)
+
+    def source_text(self, span: n.Span) -> str:
+        """The source of ``span`` on one line (line breaks and their indentation made one
+        space)."""
+        lines = self.lines[span.line - 1:span.end_line]
+        lines[-1] = lines[-1][:span.end_column - 1]
+        lines[0] = lines[0][span.column - 1:]
+        return " ".join(line.strip() for line in lines)
 
     def stmt_agent(self) -> n.Node:
         start = self.next()
@@ -375,6 +439,25 @@ class Parser:
         value = self.value()
         self.end_statement()
         return n.Output(name, value, span=self.span(start))
+
+    def stmt_assert(self) -> n.Node:
+        """``assert COND: MESSAGE`` (a later version's statement) read as its 0.8 meaning:
+        ``if not COND: throw MESSAGE``."""
+        start = self.next()
+        condition = self.or_expr()
+        message: n.Node | None = None
+        if self.tok.is_op(":"):
+            self.next()
+            message = self.expression()
+        self.end_statement()
+        span = self.span(start)
+        if message is None:
+            message = n.String(("assertion failed",), span=span)
+        self.warn("W020", "'assert' is newer syntax, read as 'if not CONDITION: throw MESSAGE' "
+                  "(write that in OpenProse 0.8)", start.span)
+        throw = n.Throw(message, span=span)
+        negated = n.UnaryOp("not", condition, span=condition.span)
+        return n.If((n.CondBranch(negated, (throw,), span=span),), span=span)
 
     def stmt_throw(self) -> n.Node:
         start = self.next()
@@ -583,6 +666,8 @@ class Parser:
             try:
                 props.append(self.property())
             except ParseError as err:
+                if err.diagnostic.code == "E036":  # the block is the broken string's text
+                    raise
                 self.diagnostics.append(err.diagnostic)
                 self.synchronize()
                 if self.pos == before:
@@ -674,6 +759,14 @@ class Parser:
             op = self.next().value
             right = self.additive()
             return n.BinaryOp(op, left, right, span=self.span(start))
+        if self.tok.is_name("is"):
+            word = self.next()
+            op = "!=" if self.tok.is_name("not") and self.next() else "=="
+            said = "is not" if op == "!=" else "is"
+            self.warn("W020", f"'{said}' is newer syntax, read as '{op}' (write '{op}' in "
+                      "OpenProse 0.8)", word.span.to(self.tokens[self.pos - 1].span))
+            right = self.additive()
+            return n.BinaryOp(op, left, right, span=self.span(start))
         return left
 
     def additive(self) -> n.Node:
@@ -749,6 +842,7 @@ class Parser:
             if tok.value in ("parallel", "try", "loop", "if", "choice", "for", "repeat") \
                     and not self.peek().is_op("=", ".", ","):
                 return self.value()
+            self.refuse_later(tok)
             self.next()
             if tok.value in ("true", "false"):
                 return n.Boolean(tok.value == "true", span=tok.span)
@@ -758,6 +852,20 @@ class Parser:
                 return self.program_call(tok)
             return n.Name(tok.value, span=tok.span)
         self.unexpected("a value")
+
+    def refuse_later(self, tok: Token) -> None:
+        """E035 for calls of a later version this compiler does not implement: ``http.get(…)``
+        and the like, and ``env("NAME")``."""
+        what = None
+        if tok.value == "http" and self.peek().is_op(".") and self.peek(2).kind is T.NAME \
+                and self.peek(3).is_op("("):
+            what, last = f"'http.{self.peek(2).value}(...)' (an http.* call)", self.peek(3)
+        elif tok.value == "env" and self.peek().is_op("(") and self.peek(2).kind is T.STRING:
+            what, last = "'env(...)' (reading an environment variable)", self.peek()
+        if what is not None:
+            raise ParseError(Diagnostic(
+                "E035", f"{what} is newer syntax that {NOT_IMPLEMENTED}",
+                tok.span.to(last.span), Severity.ERROR, self.path))
 
     def array(self) -> n.Node:
         start = self.next()
@@ -891,7 +999,9 @@ def _is_statement(node: n.Node) -> bool:
 
 def parse(source: str, path: str | None = None) -> tuple[n.Program | None, list[Diagnostic]]:
     """Parse ``source`` into a program. Syntax errors become diagnostics, never exceptions."""
-    tokens, diagnostics = tokenize(source, path)
-    parser = Parser(tokens, path)
+    lexer = Lexer(source, path)
+    tokens = lexer.tokenize()
+    diagnostics = lexer.diagnostics
+    parser = Parser(tokens, path, lexer.src)
     program = parser.parse_program()
     return program, diagnostics + parser.diagnostics

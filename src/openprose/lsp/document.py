@@ -1,0 +1,149 @@
+"""One open ``.prose`` text as the server sees it: its compile result and its analysis,
+with positions converted between the front end's spans and the editor's ranges."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from lsprotocol import types as lsp
+
+from openprose.errors import OpenProseError
+from openprose.language import CompileResult, compile
+from openprose.language import nodes as n
+from openprose.language.analysis import Analysis, Symbol, analyze
+from openprose.language.diagnostics import Diagnostic, Severity
+from openprose.language.files import read_program_file
+from openprose.language.lexer import Lexer, Token
+from openprose.language.validator import local_import
+
+#: the most errors of an imported program shown as related information on its ``use`` line
+IMPORTED_SHOWN = 5
+HINT = re.compile(r"\(([^()]*)\)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    """A ``use`` of a local program: where its file is, and its errors (None: unreadable)."""
+
+    span: n.Span
+    path: Path
+    result: CompileResult | None
+
+
+class Document:
+    """The compiled text of one document. ``analysis`` is None when nothing could be parsed
+    (the server then keeps answering from the last text that could)."""
+
+    def __init__(self, uri: str, path: str | None, source: str, version: int | None) -> None:
+        self.uri, self.path, self.source, self.version = uri, path, source, version
+        # spans count lines as the lexer does: after this normalization
+        self.lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        self.result = compile(source, path)
+        self.analysis: Analysis | None = None
+        if self.result.program is not None:
+            self.analysis = analyze(self.result.program, "\n".join(self.lines))
+
+    # ------------------------------------------------------------------ positions
+    def range(self, span: n.Span) -> lsp.Range:
+        """The editor's range (0-based, UTF-16 units) of a 1-based code-point span."""
+        return lsp.Range(self.position(span.line, span.column),
+                         self.position(span.end_line, span.end_column))
+
+    def position(self, line: int, column: int) -> lsp.Position:
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        return lsp.Position(max(0, line - 1), utf16(text[:max(0, column - 1)]))
+
+    def at(self, position: lsp.Position) -> tuple[int, int]:
+        """The 1-based line and code-point column of an editor position."""
+        text = self.lines[position.line] if position.line < len(self.lines) else ""
+        units = column = 0
+        while column < len(text) and units < position.character:
+            units += 2 if ord(text[column]) > 0xFFFF else 1
+            column += 1
+        return position.line + 1, column + 1
+
+    def symbol_at(self, position: lsp.Position) -> Symbol | None:
+        if self.analysis is None:
+            return None
+        return self.analysis.symbol_at(*self.at(position))
+
+    # ------------------------------------------------------------------ imports
+    @cached_property
+    def imports(self) -> list[Import]:
+        """The local programs this one imports, each compiled (for its errors)."""
+        program = self.result.program
+        out: list[Import] = []
+        for use in program.uses if program is not None else ():
+            target = use.path.text
+            if not target.endswith(".prose") or target.startswith(("http://", "https://")):
+                continue
+            try:
+                where = local_import(target, self.path, None)
+                text = read_program_file(where)
+            except (OpenProseError, OSError):
+                out.append(Import(use.span, Path(target), None))
+                continue
+            out.append(Import(use.span, where, compile(text, str(where))))
+        return out
+
+    # ------------------------------------------------------------------ tokens
+    @cached_property
+    def lexed(self) -> tuple[list[Token], list[n.Span]]:
+        """The tokens and comments of the text (for highlighting and formatting)."""
+        lexer = Lexer(self.source)
+        return lexer.tokenize(), lexer.comments
+
+    # ------------------------------------------------------------------ diagnostics
+    def diagnostics(self) -> list[lsp.Diagnostic]:
+        out = [self.diagnostic(d) for d in self.result.diagnostics]
+        for imp in self.imports:
+            out.extend(self.import_diagnostics(imp))
+        return out
+
+    def diagnostic(self, d: Diagnostic) -> lsp.Diagnostic:
+        hint = HINT.search(d.message)
+        related = None
+        if hint and self.path:
+            related = [lsp.DiagnosticRelatedInformation(
+                lsp.Location(self.uri, self.range(d.span)), hint.group(1))]
+        return lsp.Diagnostic(self.range(d.span), d.message, severity(d.severity), d.code,
+                              source="openprose", related_information=related)
+
+    def import_diagnostics(self, imp: Import) -> list[lsp.Diagnostic]:
+        """The errors of an imported program, as one diagnostic on its ``use`` line."""
+        where = self.range(imp.span)
+        if imp.result is None:
+            return [lsp.Diagnostic(where, f"cannot read the imported program {imp.path}",
+                                   lsp.DiagnosticSeverity.Error, "E012", source="openprose")]
+        errors = imp.result.errors
+        if not errors:
+            return []
+        first = errors[0]
+        uri = imp.path.resolve().as_uri()
+        related = [lsp.DiagnosticRelatedInformation(
+            lsp.Location(uri, Document.plain_range(e.span)), f"{e.code} {e.message}")
+            for e in errors[:IMPORTED_SHOWN]]
+        message = (f"the imported program {imp.path.name} has {len(errors)} error(s); "
+                   f"first, at {first.span.line}:{first.span.column}: {first.code} "
+                   f"{first.message}")
+        return [lsp.Diagnostic(where, message, lsp.DiagnosticSeverity.Error, first.code,
+                               source="openprose", related_information=related)]
+
+    @staticmethod
+    def plain_range(span: n.Span) -> lsp.Range:
+        """A range in a file not open here (columns counted as code points)."""
+        return lsp.Range(lsp.Position(span.line - 1, span.column - 1),
+                         lsp.Position(span.end_line - 1, span.end_column - 1))
+
+
+def utf16(text: str) -> int:
+    """How many UTF-16 units ``text`` takes (the editor's column unit)."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def severity(level: Severity) -> lsp.DiagnosticSeverity:
+    return lsp.DiagnosticSeverity.Error if level is Severity.ERROR else \
+        lsp.DiagnosticSeverity.Warning

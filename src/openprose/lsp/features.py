@@ -1,0 +1,346 @@
+"""What the server answers, each read from a :class:`~openprose.lsp.document.Document`'s
+compile result and analysis (never a walk of its own over the syntax tree)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lsprotocol import types as lsp
+
+from openprose.errors import OpenProseError
+from openprose.language import nodes as n
+from openprose.language.analysis import BINDING_KINDS, SESSION_KINDS, Analysis, Symbol
+from openprose.language.canonical import format_program
+from openprose.language.lexer import T
+from openprose.language.parser import STATEMENT_KEYWORDS
+from openprose.language.validator import (
+    AGENT_PROPERTIES,
+    BACKOFFS,
+    MODELS,
+    SESSION_PROPERTIES,
+)
+from openprose.lsp.document import Document, utf16
+
+NAME = r"[A-Za-z_][\w-]*"
+#: allowed values offered after ``property:`` (``persist`` also takes a quoted path)
+VALUES = {"model": sorted(MODELS), "backoff": sorted(BACKOFFS),
+          "persist": ["true", "project", "user"]}
+KEYWORDS = STATEMENT_KEYWORDS | {"as", "in", "and", "or", "not", "elif", "else", "catch",
+                                 "finally", "option", "true", "false", "null", "until",
+                                 "while", "from", "map", "filter", "pmap", "reduce", "is",
+                                 "assert"}
+TOKEN_TYPES = ["keyword", "variable", "parameter", "function", "class", "namespace",
+               "property", "string", "number", "comment", "macro"]
+TOKEN_MODIFIERS = ["declaration"]
+LEGEND = lsp.SemanticTokensLegend(TOKEN_TYPES, TOKEN_MODIFIERS)
+#: a symbol's kind → its semantic token type
+SYMBOL_TOKEN = {"binding": "variable", "variable": "variable", "parameter": "parameter",
+                "block": "function", "agent": "class", "program": "namespace"}
+VARIABLE_OF = {"for": "loop variable", "parallel_for": "loop variable",
+               "repeat": "loop index", "loop": "loop index", "pipeline": "pipeline variable",
+               "try": "error variable of 'catch'"}
+
+
+class Refused(OpenProseError):
+    """A request the server declines, with the reason the editor shows."""
+
+
+# ---------------------------------------------------------------------- hover
+
+def hover(doc: Document, position: lsp.Position) -> lsp.Hover | None:
+    analysis = doc.analysis
+    if analysis is None:
+        return None
+    symbol = doc.symbol_at(position)
+    text = describe(doc, analysis, symbol) if symbol else session_hover(doc, position)
+    if not text:
+        return None
+    span = symbol.span if symbol else None
+    return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, text),
+                     doc.range(span) if span else None)
+
+
+def describe(doc: Document, analysis: Analysis, symbol: Symbol) -> str | None:
+    found = analysis.definitions_of(symbol)
+    if not found:
+        return None
+    first = found[0]
+    name = symbol.name
+    if first.kind == "agent":
+        agent = analysis.agents.get(name)
+        if agent is None:
+            return None
+        lines = [f"**agent** `{name}` (line {first.span.line})",
+                 f"- model: {agent.model or 'default'}",
+                 f"- persist: {agent.persist or 'no'}"]
+        if agent.prompt:
+            lines.append(f"- prompt: {_short(agent.prompt)}")
+        return "\n".join(lines)
+    if first.kind == "block":
+        block = analysis.blocks.get(name)
+        params = ", ".join(block.params) if block else ""
+        return f"**block** `{name}({params})` (line {first.span.line})"
+    if first.kind == "program":
+        stmt = analysis.statements.get(first.statement)
+        return f"**program** `{name}`: `{stmt.source.strip() if stmt else ''}`"
+    if first.kind == "parameter":
+        owner = analysis.statements[first.statement].binds
+        return f"**parameter** `{name}` of block `{owner}` (line {first.span.line})"
+    if first.kind == "variable":
+        construct = analysis.statements[first.statement].kind
+        return (f"**{VARIABLE_OF.get(construct, 'variable')}** `{name}`, "
+                f"bound on line {first.span.line}")
+    places = []
+    for definition in found:
+        stmt = analysis.statements.get(definition.statement)
+        how = stmt.binding_kind or stmt.kind if stmt else "binding"
+        what = f" by a {stmt.kind}" if stmt and stmt.kind not in BINDING_KINDS else ""
+        places.append(f"- `{how}` on line {definition.span.line}{what}")
+    return f"**binding** `{name}`\n" + "\n".join(places)
+
+
+def session_hover(doc: Document, position: lsp.Position) -> str | None:
+    """On a ``session``/``resume`` keyword: the agent it uses and its context names."""
+    line, column = doc.at(position)
+    text = doc.lines[line - 1] if line <= len(doc.lines) else ""
+    word = re.search(r"\b(session|resume)\b", text)
+    if not word or not word.start() <= column - 1 <= word.end() or doc.analysis is None:
+        return None
+    for stmt in doc.analysis.statements.values():
+        if stmt.line == line and stmt.kind in SESSION_KINDS:
+            session = _session(stmt.node)
+            lines = [f"**{stmt.kind}**" + (f" `{stmt.binds}`" if stmt.binds else ""),
+                     f"- agent: {('`' + stmt.agent + '`') if stmt.agent else 'none'}"]
+            context = session.property("context") if session else None
+            if context is not None:
+                names = [x.id for x in n.walk(context.value) if isinstance(x, n.Name)]
+                lines.append(f"- context: {', '.join(names) or 'none'}")
+            return "\n".join(lines)
+    return None
+
+
+def _session(node: n.Node | None) -> n.Session | None:
+    """The session a session statement runs (``let x = session ...`` and the like)."""
+    for _ in range(3):
+        if isinstance(node, n.Session) or node is None:
+            return node
+        node = getattr(node, "value", None) or getattr(node, "expr", None) or \
+            getattr(node, "body", None)
+    return None
+
+
+def _short(text: str, most: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= most else text[:most] + "…"
+
+
+# ---------------------------------------------------------------------- navigation
+
+def definition(doc: Document, position: lsp.Position) -> list[lsp.Location]:
+    symbol = doc.symbol_at(position)
+    if symbol is None or doc.analysis is None:
+        return []
+    out = []
+    for found in doc.analysis.definitions_of(symbol):
+        imported = _imported_file(doc, found)
+        if imported is not None and (symbol.defines or found.kind == "program"):
+            out.append(lsp.Location(imported.resolve().as_uri(),
+                                    lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0))))
+            continue
+        out.append(lsp.Location(doc.uri, doc.range(found.span)))
+    return out
+
+
+def _imported_file(doc: Document, symbol: Symbol) -> Path | None:
+    """The local file a program's alias names, when it is one."""
+    if symbol.kind != "program" or doc.analysis is None:
+        return None
+    stmt = doc.analysis.statements.get(symbol.statement)
+    if stmt is None:
+        return None
+    return next((imp.path for imp in doc.imports
+                 if imp.span.line == stmt.line and imp.result is not None), None)
+
+
+def references(doc: Document, position: lsp.Position, declaration: bool
+               ) -> list[lsp.Location]:
+    symbol = doc.symbol_at(position)
+    if symbol is None or doc.analysis is None:
+        return []
+    found = doc.analysis.references_of(symbol)
+    return [lsp.Location(doc.uri, doc.range(s.span)) for s in found
+            if declaration or not s.defines]
+
+
+# ---------------------------------------------------------------------- completion
+
+def completion(doc: Document, analysis: Analysis | None, position: lsp.Position
+               ) -> list[lsp.CompletionItem]:
+    line, column = doc.at(position)
+    text = doc.lines[line - 1][:column - 1] if line <= len(doc.lines) else ""
+    if analysis is None:
+        return []
+    if re.search(rf"\b(session|resume)(\s+{NAME})?:\s*[\w-]*$", text):
+        return _items(sorted(analysis.agents), lsp.CompletionItemKind.Class, "agent")
+    if re.search(r"\bdo\s+[\w-]*$", text):
+        return _items(sorted(analysis.blocks), lsp.CompletionItemKind.Function, "block")
+    if re.search(r'"[^"]*\{[\w-]*$', text) or re.search(r"^\s*context:.*?[\w-]*$", text):
+        return _items(visible(analysis, line, column), lsp.CompletionItemKind.Variable,
+                      "binding")
+    value = re.match(r"^\s*([\w-]+):\s*[\w-]*$", text)
+    if value and value.group(1) in VALUES:
+        return _items(VALUES[value.group(1)], lsp.CompletionItemKind.EnumMember,
+                      value.group(1))
+    if re.fullmatch(r"\s+[\w-]*", text):
+        owner = _owner(doc, line)
+        if owner is not None:
+            names = sorted(AGENT_PROPERTIES if owner == "agent" else SESSION_PROPERTIES)
+            return [lsp.CompletionItem(name, kind=lsp.CompletionItemKind.Property,
+                                       detail=f"{owner} property", insert_text=f"{name}: ")
+                    for name in names]
+    return []
+
+
+def _items(names: list[str], kind: lsp.CompletionItemKind, detail: str
+           ) -> list[lsp.CompletionItem]:
+    return [lsp.CompletionItem(name, kind=kind, detail=detail) for name in names]
+
+
+def visible(analysis: Analysis, line: int, column: int) -> list[str]:
+    """The names a value may read at ``line:column``: the program's bindings (visible
+    throughout it) and the parameters and variables of the constructs around it."""
+    names = set()
+    for s in analysis.symbols:
+        if not s.defines or s.kind not in ("binding", "parameter", "variable"):
+            continue
+        if s.scope is None or (s.scope.line, s.scope.column) <= (line, column) <= \
+                (s.scope.end_line, s.scope.end_column):
+            names.add(s.name)
+    return sorted(names)
+
+
+def _owner(doc: Document, line: int) -> str | None:
+    """``agent`` or ``session`` when ``line`` sits in the property block under one."""
+    indent = len(doc.lines[line - 1]) - len(doc.lines[line - 1].lstrip())
+    for above in range(line - 2, -1, -1):
+        text = doc.lines[above]
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        if len(text) - len(text.lstrip()) >= indent:
+            if not re.match(r"^\s*[\w-]+:", text):
+                return None
+            continue
+        if re.match(r"^\s*agent\s", text):
+            return "agent"
+        if re.search(r"\b(session|resume)\b", text):
+            return "session"
+        return None
+    return None
+
+
+# ---------------------------------------------------------------------- outline
+
+SYMBOL_KINDS = {"agent": lsp.SymbolKind.Class, "block": lsp.SymbolKind.Function,
+                "input": lsp.SymbolKind.Field, "output": lsp.SymbolKind.Property}
+
+
+def document_symbols(doc: Document) -> list[lsp.DocumentSymbol]:
+    """Agents, blocks, inputs, outputs and the top-level bindings, in source order."""
+    analysis = doc.analysis
+    if analysis is None:
+        return []
+    defined = {(s.statement, s.name): s for s in analysis.symbols if s.defines}
+    out = []
+    for stmt in analysis.statements.values():
+        if stmt.block is not None or stmt.parent is not None or not stmt.binds:
+            continue
+        kind = stmt.binding_kind or stmt.kind
+        last = doc.lines[stmt.end_line - 1] if stmt.end_line <= len(doc.lines) else ""
+        whole = lsp.Range(lsp.Position(stmt.line - 1, 0),
+                          lsp.Position(stmt.end_line - 1, len(last)))
+        name = defined.get((stmt.id, stmt.binds))
+        out.append(lsp.DocumentSymbol(
+            stmt.binds, SYMBOL_KINDS.get(kind, lsp.SymbolKind.Variable), whole,
+            doc.range(name.span) if name else whole, detail=kind))
+    return out
+
+
+def folding_ranges(doc: Document) -> list[lsp.FoldingRange]:
+    """One range per statement over several lines."""
+    if doc.analysis is None:
+        return []
+    starts: dict[int, int] = {}
+    for stmt in doc.analysis.statements.values():
+        if stmt.end_line > stmt.line:
+            starts[stmt.line] = max(starts.get(stmt.line, 0), stmt.end_line)
+    return [lsp.FoldingRange(start - 1, end - 1) for start, end in sorted(starts.items())]
+
+
+# ---------------------------------------------------------------------- formatting
+
+def formatting(doc: Document) -> list[lsp.TextEdit]:
+    """The canonical form as one edit; refused (never a partial rewrite) when the text has
+    errors, or comments, which the canonical form does not keep."""
+    if not doc.result.ok or doc.result.program is None:
+        raise Refused(f"not formatted: the program has {len(doc.result.errors)} error(s); "
+                      "fix them first")
+    comments = doc.lexed[1]
+    if comments:
+        raise Refused(f"not formatted: the canonical form drops comments, and this file has "
+                      f"{len(comments)} (the first on line {comments[0].line})")
+    text = format_program(doc.result.program)
+    if text == doc.source:
+        return []
+    end = lsp.Position(len(doc.lines), 0)
+    return [lsp.TextEdit(lsp.Range(lsp.Position(0, 0), end), text)]
+
+
+# ---------------------------------------------------------------------- highlighting
+
+def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
+    """Tokens for highlighting: names by what they name, keywords, properties, strings,
+    numbers, ``**discretion**`` and comments; a token over several lines is cut per line."""
+    tokens, comments = doc.lexed
+    by_start = {(s.span.line, s.span.column): s for s in doc.analysis.symbols} \
+        if doc.analysis else {}
+    found: list[tuple[int, int, int, str, int]] = []  # line, column, end column, type, mods
+
+    def add(span: n.Span, kind: str, modifiers: int = 0) -> None:
+        for line in range(span.line, span.end_line + 1):
+            text = doc.lines[line - 1] if line <= len(doc.lines) else ""
+            start = span.column if line == span.line else 1
+            end = span.end_column if line == span.end_line else len(text) + 1
+            if end > start:
+                found.append((line, start, end, kind, modifiers))
+
+    for i, tok in enumerate(tokens):
+        if tok.kind is T.NAME:
+            symbol = by_start.get((tok.span.line, tok.span.column))
+            following = tokens[i + 1] if i + 1 < len(tokens) else None
+            if symbol is not None and symbol.name == tok.value:
+                add(tok.span, SYMBOL_TOKEN[symbol.kind], 1 if symbol.defines else 0)
+            elif following is not None and following.is_op(":") and \
+                    tok.value in AGENT_PROPERTIES:
+                add(tok.span, "property")
+            elif tok.value in KEYWORDS:
+                add(tok.span, "keyword")
+        elif tok.kind is T.STRING:
+            add(tok.span, "string")
+        elif tok.kind is T.NUMBER:
+            add(tok.span, "number")
+        elif tok.kind is T.DISCRETION:
+            add(tok.span, "macro")
+    for span in comments:
+        add(span, "comment")
+    found.sort()
+    data: list[int] = []
+    previous_line, previous_start = 1, 0
+    for line, start, end, kind, modifiers in found:
+        text = doc.lines[line - 1] if line <= len(doc.lines) else ""
+        column, length = utf16(text[:start - 1]), utf16(text[start - 1:end - 1])
+        delta_line = line - previous_line
+        data += [delta_line, column - (previous_start if delta_line == 0 else 0), length,
+                 TOKEN_TYPES.index(kind), modifiers]
+        previous_line, previous_start = line, column
+    return lsp.SemanticTokens(data=data)
