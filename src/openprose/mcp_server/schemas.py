@@ -1,6 +1,7 @@
 """Compact tool schemas: ``tools/list`` is read into every host's context, so the JSON
 schemas pydantic generates lose what carries no meaning for a host (titles repeating the
-field names, null and empty-string defaults of optional fields) and spell optional fields as
+field names, and defaults of optional fields that mean what leaving them out means: null,
+empty string, false, zero) and spell optional fields as
 one type list instead of an ``anyOf`` with null; descriptions lose their docstring
 indentation. Output schemas only declare that a tool answers with a JSON object."""
 
@@ -27,7 +28,7 @@ def compact(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     schema.pop("title", None)
-    if "default" in schema and schema["default"] in (None, ""):
+    if "default" in schema and schema["default"] in (None, "", False, 0):
         del schema["default"]
     options = schema.get("anyOf")
     if isinstance(options, list) and {"type": "null"} in options and len(options) == 2:

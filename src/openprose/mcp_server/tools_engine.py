@@ -461,7 +461,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     async def next_step(vm_token: str, wait_s: float = DEFAULT_WAIT
                         ) -> Annotated[CallToolResult, NextStep]:
         """Guided runs: what is pending (sessions: a handle per subagent; judgments) or the
-        final status. Waits up to wait_s seconds."""
+        final status. Waits up to wait_s."""
         driven = ctx.registry.by_vm_token(vm_token)
         if driven.mode != GUIDED:
             raise Refusal("next_step steps guided runs",
@@ -526,9 +526,9 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
         provider: ProviderName | None = None, max_concurrency: int = 16, wait: bool = True,
         script: str | None = None,
     ) -> Annotated[CallToolResult, RunReport]:
-        """Run a program in the server on a provider: anthropic (a key in its settings),
-        sampling (your model) or scripted (script: a file). wait=false returns at once (then
-        get_run). Asks for or lists missing inputs."""
+        """Run a program in the server: anthropic (its key), sampling (your model) or
+        scripted (script: a file). wait=false: return at once (then get_run). Missing inputs
+        are asked for or listed."""
         given = dict(inputs or {})
         if isinstance(asked, AcceptedElicitation):
             data = asked.data
@@ -623,8 +623,8 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def cancel_run(run_id: str, context: Context, vm_token: str = "",
                          take_over: bool = False) -> Annotated[CallToolResult, CancelResult]:
-        """Stop a run the engine drives here, or one queued for workers; finished work stays;
-        resume_run continues it. A run another client drives: its vm_token, or take_over."""
+        """Stop a run driven here or queued for workers (resume_run continues it); another
+        client's: its vm_token or take_over."""
         run = modes.engines.get(run_id)
         if run is None or not run.live:
             queued = await _cancel_queued(ctx.project_root, run_id)
@@ -661,7 +661,7 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def compile_program(program: str) -> Annotated[CallToolResult, CompileReport]:
-        """Check a program (a .prose path or source): diagnostics as `prose compile --json`."""
+        """Check a program (a .prose path or source): its diagnostics."""
         try:
             source, _, compiled = await compiled_program(program, ctx.project_root)
         except (PromptError, OSError, UnicodeDecodeError) as exc:

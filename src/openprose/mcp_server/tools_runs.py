@@ -193,7 +193,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                         backend: Backend = ctx.default_backend, mode: RunMode = HOST
                         ) -> Annotated[CallToolResult, StartResult]:
         """Start a run (program: a .prose path in the project, or source). Returns your VM
-        token; embodied: also the outline (statement ids); guided: then call next_step."""
+        token; embodied: also the outline (statement ids); guided: then next_step."""
         try:
             source, path, compiled = await compiled_program(program, ctx.project_root)
         except (PromptError, OSError, UnicodeDecodeError) as exc:
@@ -275,9 +275,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def resume_run(run_id: str, context: Context, take_over: bool = False,
                          inputs: dict[str, str] | None = None, vm_token: str = ""
                          ) -> Annotated[CallToolResult, ResumeResult]:
-        """Continue a run: a fresh VM token (the old one stops working), its status and
-        outline. take_over: take a run another driver holds. inputs: missing inputs.
-        vm_token: the run's, when you stopped it."""
+        """Continue a run: a fresh VM token (the old one stops), status, outline. take_over:
+        another client's run; vm_token: the run's own; inputs: missing ones."""
         known = ctx.registry.known(run_id)
         check_hand_over(known, context, take_over, vm_token)
         held = known is not None and known.holder is not None and known.holder.held
@@ -336,8 +335,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def complete_run(vm_token: str, status: Literal["completed", "failed"] = "completed",
                            error: str = "") -> Annotated[CallToolResult,
                                                                   CompleteResult]:
-        """Finish the run ('completed' once the program is done). Returns the outputs'
-        locations."""
+        """Finish the run ('completed' once the program is done); returns where its outputs
+        are."""
         driven = ctx.registry.host_run(vm_token)
         driven.live()
         run = driven.run

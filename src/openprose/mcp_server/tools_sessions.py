@@ -147,8 +147,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def spawn_session(vm_token: str, statement: str, prompt: str = "",
                             execution_id: int | None = None, context: list[str] | None = None
                             ) -> Annotated[CallToolResult, SpawnResult]:
-        """Start the session the program reached (execution_id: its block frame; the program
-        gives prompt and context). Returns its handle for a subagent."""
+        """Start the session the program reached (execution_id: its block frame; prompt
+        and context are the program's). Returns a subagent's handle."""
         driven = registry.host_run(vm_token)
         driven.live()
         st = driven.statement(statement)
@@ -186,8 +186,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                             execution_id: int | None = None,
                             copy_of: str = "") -> Annotated[CallToolResult,
                                                                      WriteResult]:
-        """Session token: write its binding (value) and end. VM token: a binding no session
-        makes (name; value or copy_of a binding). Returns the location."""
+        """Session token: write its binding (value), ending it. VM token: a binding no
+        session makes (name; value or copy_of)."""
         route = ctx.session_route(token)
         if route is not None:  # a guided session: the same rule on the binding it names
             _check_own(BindingRef(route.binding(token) or "(anonymous)"), name, None, copy_of)
@@ -200,8 +200,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def read_binding(token: str, name: str, execution_id: int | None = None,
                            offset: int = 0, limit: int = READ_LIMIT
                            ) -> Annotated[CallToolResult, ReadResult]:
-        """Read a binding (offset/limit: characters). VM token: scope chain from
-        execution_id; session token: its context; judgment token: the bindings it lists."""
+        """Read a binding (offset/limit in characters). VM token: scope chain from
+        execution_id; session token: its context; judgment token: its bindings."""
         if offset < 0 or limit < 1:
             raise Refusal("offset is >= 0 and limit >= 1", f"offset {offset}, limit {limit}")
         route = ctx.session_route(token)
@@ -241,8 +241,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False))
     async def fail_session(token: str, error: str, retryable: bool = True
                            ) -> Annotated[CallToolResult, FailAck]:
-        """Session token: its session could not be done; the program's retry/catch decide
-        what follows."""
+        """Session token: its session could not be done (the program's retry/catch decide
+        what follows)."""
         route = ctx.session_route(token)
         if route is not None:
             return await route.fail(token, error, retryable)  # type: ignore[no-any-return]
@@ -268,7 +268,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def read_memory(token: str) -> Annotated[CallToolResult, MemoryResult]:
-        """Read the persistent agent's memory (its session's token)."""
+        """Read the persistent agent's memory (its session token)."""
         route = ctx.session_route(token)
         if route is not None:
             memory = await route.read_memory(token)
@@ -287,7 +287,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
     async def write_memory(token: str, memory: str) -> Annotated[CallToolResult, MemoryResult]:
-        """Replace the persistent agent's memory (its session's token)."""
+        """Replace the persistent agent's memory (its session token)."""
         route = ctx.session_route(token)
         if route is not None:
             await route.write_memory(token, memory)

@@ -75,8 +75,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                          args_from: dict[str, str] | None = None, parent: int | None = None,
                          statement: str = "") -> Annotated[CallToolResult,
                                                                     FrameResult]:
-        """Enter a block: args (param: value) or args_from (param: binding); parent: the
-        caller's frame; statement: the do. Returns the execution id."""
+        """Enter a block: args {param: value} or args_from {param: binding}; parent: the
+        caller's frame; statement: the do. Returns its execution id."""
         driven = registry.host_run(vm_token)
         driven.live()
         definition = driven.outline.blocks.get(block)
@@ -169,7 +169,7 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def record_verdict(vm_token: str, statement: str, value: bool | str, reason: str,
                              execution_id: int | None = None, iteration: int = 0
                              ) -> Annotated[CallToolResult, VerdictResult]:
-        """Judge a **condition** (if/elif, loop: true/false; choice: an option) with a
+        """Record a **condition**'s verdict (if/loop: true/false; choice: an option) and
         reason; iteration: the loop round."""
         driven = registry.host_run(vm_token)
         driven.live()
