@@ -20,6 +20,7 @@ from openprose.cli.common import (
     fitted_table,
     json_option,
     project_option,
+    size_text,
     state_option,
     stores,
     styled,
@@ -55,14 +56,6 @@ def _size(path: Path) -> int:
     if not path.is_dir() or path.is_symlink():
         return 0
     return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-
-
-def _human_size(size: int) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    raise AssertionError
 
 
 @click.command("clean")
@@ -156,10 +149,10 @@ def _report(removed: list[dict], running: list[dict], errors: list[dict], dry_ru
                    Col("size", "right", drop=3), Col("backend", drop=4)]
         out.print(fitted_table(out, columns, [
             [f"{verb} [bold]{row['run_id']}[/]", styled(row["status"]),
-             f"{human_duration(_age(row, now))} ago", _human_size(row["bytes"]),
+             f"{human_duration(_age(row, now))} ago", size_text(row["bytes"]),
              row["backend"]] for row in removed],
             box=None, show_header=False, pad_edge=False, padding=(0, 1)))
-    total = _human_size(sum(row["bytes"] for row in removed))
+    total = size_text(sum(row["bytes"] for row in removed))
     count = len(removed)
     if count:
         out.print(f"{verb} {count} run{'s' * (count != 1)} ({total} on disk)")

@@ -140,6 +140,20 @@ def plain(text: str) -> str:
     return escape(printable(text))
 
 
+def size_text(size: int | None, spaced: bool = True) -> str:
+    """A size in bytes for people (1024 to the kB); ``spaced=False`` for narrow table
+    cells (``1.5k``)."""
+    if size is None:
+        return "?"
+    gap = " " if spaced else ""
+    for unit, short in (("B", "B"), ("kB", "k"), ("MB", "M")):
+        if size < 1024 or unit == "MB":
+            text = f"{size:.0f}" if unit == "B" else f"{size:.1f}"
+            return f"{text}{gap}{unit if spaced else short}"
+        size /= 1024
+    raise AssertionError
+
+
 def styled(status: str) -> str:
     style = STATUS_STYLE.get(status)
     return f"[{style}]{status}[/]" if style else status

@@ -25,6 +25,7 @@ from openprose.cli.common import (
     json_option,
     plain,
     project_option,
+    size_text,
     state_option,
     stores,
     styled,
@@ -232,7 +233,7 @@ def _tool_calls(out: Any, view: Any) -> None:
         if entry.status == "allowed":
             if meta.get("tool") == "bash":
                 tail.append(f"exit {meta.get('exit_code', '(killed at its timeout)')}")
-            tail.append(_size(meta.get("bytes")))
+            tail.append(size_text(meta.get("bytes"), spaced=False))
         tail.append(f"({meta.get('rule', '')})")
         out.print(f"    {mark} {plain(str(meta.get('tool', '?')))} {plain(subject)}  "
                   f"{plain(' '.join(tail))}", overflow="ellipsis", no_wrap=True)
@@ -256,26 +257,16 @@ def _bindings(out: Any, view: Any) -> None:
         if len(members) == 1:
             info = members[0]
             scope = f"exec {info.ref.execution_id}" if info.ref.execution_id else "root"
-            cells.append([plain(info.ref.name), info.kind, scope, _size(info.size),
-                          plain(info.preview or "")])
+            cells.append([plain(info.ref.name), info.kind, scope,
+                          size_text(info.size, spaced=False), plain(info.preview or "")])
             continue
         total = sum(m.size or 0 for m in members)
         kinds = "/".join(sorted({m.kind for m in members}))
         base = members[0].ref.name if members[0].ref.execution_id else "anon_*"
-        cells.append([plain(f"{base} ×{len(members)}"), kinds, "many", _size(total),
-                      plain(members[-1].preview or "")])
+        cells.append([plain(f"{base} ×{len(members)}"), kinds, "many",
+                      size_text(total, spaced=False), plain(members[-1].preview or "")])
     columns = [Col("name"), Col("kind", drop=3), Col("scope", drop=4),
                Col("size", "right", drop=5), Col("preview", drop=2, least=30)]
     out.print(fitted_table(out, columns, cells, box=box.SIMPLE_HEAD, pad_edge=False,
                            show_edge=False, title_justify="left", title="[bold]bindings[/]"))
     out.print()
-
-
-def _size(size: int | None) -> str:
-    if size is None:
-        return "?"
-    if size >= 1024 * 1024:
-        return f"{size / 1024 / 1024:.1f}M"
-    if size >= 1024:
-        return f"{size / 1024:.1f}k"
-    return f"{size}B"

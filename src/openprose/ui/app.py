@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from openprose.cli.common import size_text
 from openprose.cli.watch_cmd import Wakeup, run_dir
 from openprose.state import StateError
 from openprose.ui import pages
@@ -153,7 +154,7 @@ def create_app(stores: list[Any], token: str, port: int,
             return render("missing.html", 404, message=f"run {run_id} has no binding "
                                                        f"{request.path_params['name']!r}")
         return render("binding.html", run_id=run_id, binding=found,
-                      size=pages.size_text(len(found.value.encode())))
+                      size=size_text(len(found.value.encode())))
 
     async def events(request: Request) -> Response:
         run_id = request.path_params["run_id"]

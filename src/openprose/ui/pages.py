@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from openprose.cli.common import size_text
 from openprose.cli.runs_cmd import duration, human_duration
 from openprose.state import BindingRef, StateError
 from openprose.state.models import AgentRef, Usage
@@ -44,16 +45,6 @@ def page_of(items: list[Any], page: int) -> tuple[list[Any], int, int]:
     pages = max(1, -(-len(items) // PAGE))
     page = min(max(1, page), pages)
     return items[(page - 1) * PAGE:page * PAGE], page, pages
-
-
-def size_text(size: int | None) -> str:
-    if size is None:
-        return "?"
-    if size >= 1024 * 1024:
-        return f"{size / 1024 / 1024:.1f} MB"
-    if size >= 1024:
-        return f"{size / 1024:.1f} kB"
-    return f"{size} B"
 
 
 def seconds_text(seconds: float | None) -> str:
