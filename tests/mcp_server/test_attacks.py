@@ -334,6 +334,10 @@ def _descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+#: Descriptors background threads may hold while a count is taken (never one per run).
+TRANSIENT_DESCRIPTORS = 2
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
 @pytest.mark.parametrize("backend", ["filesystem", "sqlite"])
 async def test_descriptors_stay_flat_however_many_runs_the_server_serves(root, backend):
@@ -356,7 +360,9 @@ async def test_descriptors_stay_flat_however_many_runs_the_server_serves(root, b
         await serve(2)  # the stores, the watcher and the worker threads are open now
         before = _descriptors()
         await serve(15)
-        assert _descriptors() <= before
+        # A leak grows with the 30 runs served; a background thread (the watcher reading a
+        # journal) may hold one file for a moment whenever the count is taken.
+        assert _descriptors() <= before + TRANSIENT_DESCRIPTORS
 
 
 # ------------------------------------------------------------------ paths Path rejects
