@@ -5,7 +5,7 @@ and ``write_memory``."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
@@ -166,18 +166,26 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
                 driven.follower.release(followed[0].token)  # refused: it is next again
             raise
 
+
+    def pending_session(token: str, rule: str) -> tuple[Any, Any, Any]:
+        """The embodied run, handle and pending session of a session token, or the refusal
+        under ``rule`` when its session is not pending here."""
+        driven, handle = registry.by_session_token(token)
+        driven.live()
+        pending = driven.pending_for(token, handle.binding)
+        if pending is None:
+            raise Refusal(rule, f"no session of this server is pending for "
+                                f"'{handle.binding.name}'")
+        return driven, handle, pending
+
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def get_brief(token: str) -> Annotated[CallToolResult, BriefResult]:
         """A session subagent's first call: its role, task and context."""
         route = ctx.session_route(token)
         if route is not None:
             return await route.brief(token)  # type: ignore[no-any-return]
-        driven, handle = registry.by_session_token(token)
-        driven.live()
-        pending = driven.pending_for(token, handle.binding)
-        if pending is None:
-            raise Refusal("a session's brief is read while it is pending",
-                          f"no session of this server is pending for '{handle.binding.name}'")
+        driven, handle, pending = pending_session(
+            token, "a session's brief is read while it is pending")
         found = pending.brief or restored_brief(driven, pending, list(handle.context.values()))
         return brief_reply(found, token, HOST_TOOLS)
 
@@ -246,12 +254,8 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
         route = ctx.session_route(token)
         if route is not None:
             return await route.fail(token, error, retryable)  # type: ignore[no-any-return]
-        driven, handle = registry.by_session_token(token)
-        driven.live()
-        pending = driven.pending_for(token, handle.binding)
-        if pending is None:
-            raise Refusal("a pending session is failed once, with its token",
-                          f"no session of this server is pending for '{handle.binding.name}'")
+        driven, _, pending = pending_session(
+            token, "a pending session is failed once, with its token")
         st, error = pending.statement, error or "failed (no reason given)"
         record = {"status": "failed", "execution_id": pending.ref.execution_id, "note": error}
         with state_errors("fail_session", st):
