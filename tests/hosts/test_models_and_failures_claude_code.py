@@ -8,9 +8,9 @@ the Agent tool's answers and the hook's refusals — and does only what those te
 - a session with ``retry: 1`` whose first attempt cannot be done: the subagent (or, without
   subagents, the main agent) fails it with ``fail_session`` and its own token, and the
   program's retry runs it again;
-- a guided run with subagents, and an embodied run in a host without subagents (the Agent
-  tool disallowed, as in Claude Desktop), where the main agent does each session itself
-  (tests/hosts/test_plugin_runs.py drives an embodied run with subagents)."""
+- a guided and an embodied run with subagents, and an embodied run in a host without
+  subagents (the Agent tool disallowed, as in Claude Desktop), where the main agent does each
+  session itself."""
 
 from __future__ import annotations
 
@@ -169,7 +169,8 @@ class Model:
         return Reply([ours("complete_run", vm_token=vm)])
 
 
-@pytest.mark.parametrize(("mode", "subagents"), [("guided", True), ("embodied", False)])
+@pytest.mark.parametrize(("mode", "subagents"),
+                         [("guided", True), ("embodied", True), ("embodied", False)])
 def test_models_and_failures_as_claude_code_shows_them(mode, subagents, tmp_path):
     project = tmp_path / "project"
     project.mkdir()
