@@ -647,17 +647,28 @@ class FilesystemBackend(Backend):
 
     def _put_capabilities(self, run_id: str, grants: list[dict[str, Any]]) -> None:
         """Cache the grants and append them to capabilities.jsonl in one write, each
-        permissions block the file lacks on a line before the first grant naming it."""
-        for grant in grants:
-            self._capabilities[grant["hash"]] = (run_id, grant)
+        permissions block the file lacks on a line before the first grant naming it. The
+        end of a grant the file holds is the line ``{"hash": ..., "alive": false}``."""
         if not grants:
             return
+        ending = [self._ends(run_id, grant) for grant in grants]
+        ends = [json.dumps({"hash": grant["hash"], "alive": False}, separators=(",", ":"))
+                for grant, end in zip(grants, ending, strict=True) if end]
+        full = [grant for grant, end in zip(grants, ending, strict=True) if not end]
+        for grant in grants:
+            self._capabilities[grant["hash"]] = (run_id, grant)
         known = self._blocks.setdefault(run_id, {})
-        stored, new = split_grants(grants, known)
+        stored, new = split_grants(full, known)
         lines = [*(json.dumps({"key": key, "permissions": block}, separators=(",", ":"))
-                   for key, block in new.items()), *map(grant_to_json, stored)]
+                   for key, block in new.items()), *map(grant_to_json, stored), *ends]
         self._append(run_id, "capabilities.jsonl", "\n".join(lines), durable=False)
         known.update(new)  # only once written: a grant never names a block not yet there
+
+    def _ends(self, run_id: str, grant: dict[str, Any]) -> bool:
+        """Whether ``grant`` only ends one this backend wrote or read for ``run_id``."""
+        found = self._capabilities.get(grant["hash"])
+        return not grant["alive"] and found is not None and found[0] == run_id and \
+            {**found[1], "alive": False} == grant
 
     def find_capability(self, token_hash: str, run_id: str | None = None
                         ) -> tuple[str, dict[str, Any]] | None:
@@ -697,6 +708,14 @@ class FilesystemBackend(Backend):
                 if isinstance(data, dict) and "hash" not in data:
                     key, block = block_from_data(data, f"{where}:{number}")
                     blocks[key] = block
+                    continue
+                if isinstance(data, dict) and data.keys() == {"hash", "alive"} and \
+                        data["alive"] is False:
+                    found = self._capabilities.get(data["hash"])
+                    if found is None or found[0] != run_id:
+                        raise DamagedState(f"{where}:{number}: ends a session grant recorded "
+                                           "nowhere before it")
+                    self._capabilities[data["hash"]] = (run_id, {**found[1], "alive": False})
                     continue
                 grant = joined_grant(grant_from_data(data, f"{where}:{number}"), blocks,
                                      f"{where}:{number}")
