@@ -337,3 +337,18 @@ def test_a_grant_whose_permissions_block_was_altered_is_damage(fs_stores, progra
     path.write_text(path.read_text().replace('"bash":"deny"', '"bash":"allow"'))
     with pytest.raises(DamagedState, match="does not match its content"):
         fs_stores.open().token_grant(token)
+
+
+def test_an_end_of_a_grant_recorded_nowhere_is_damage(fs_stores, program):
+    """The short line that ends a grant stands only after the grant: alone, it is damage."""
+    store = fs_stores.open()
+    run = store.create_run(program)
+    token = _start(run, "s", Permissions())
+    run.end_session(token)
+    path = store.backend.run_dir(run.id) / "capabilities.jsonl"
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[-1]).keys() == {"hash", "alive"}
+    assert not fs_stores.open().token_grant(token)[1]["alive"]
+    path.write_text(lines[-1] + "\n")
+    with pytest.raises(DamagedState, match="ends a session grant recorded nowhere"):
+        fs_stores.open().token_grant(token)
