@@ -171,14 +171,13 @@ class Policy:
 
     #: The user's home, whose :data:`SECRET_PLACES` stay hidden (default: ``$HOME``).
     home: Path | None = None
-
-    def __post_init__(self) -> None:
-        self.project = Path(os.path.realpath(self.project))
-
     #: Each glob of the run's permissions made absolute and compiled once, whatever number
     #: of sessions it applies to.
     _patterns: dict[str, Pattern] = field(default_factory=dict, init=False, repr=False,
                                           compare=False)
+
+    def __post_init__(self) -> None:
+        self.project = Path(os.path.realpath(self.project))
 
     @functools.cached_property
     def hidden(self) -> list[Path]:

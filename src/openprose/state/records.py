@@ -165,19 +165,25 @@ def block_from_data(data: Any, where: str) -> tuple[str, dict[str, Any]]:
     return key, block
 
 
-def joined_grant(grant: dict[str, Any], blocks: Mapping[str, dict[str, Any]],
-                 where: str) -> dict[str, Any]:
-    """A stored grant with its permissions block back in place of the key. A grant written
-    before blocks were kept apart carries the whole block and is returned as it is."""
+def block_key(grant: dict[str, Any]) -> str | None:
+    """The key of the permissions block a stored grant names (``None``: it names none, or
+    carries the whole block, as grants written before blocks were kept apart do)."""
     work = grant.get("work")
     key = work.get("permissions") if isinstance(work, dict) else None
-    if not isinstance(key, str):
+    return key if isinstance(key, str) else None
+
+
+def joined_grant(grant: dict[str, Any], blocks: Mapping[str, dict[str, Any]],
+                 where: str) -> dict[str, Any]:
+    """A stored grant with its permissions block back in place of the key."""
+    key = block_key(grant)
+    if key is None:
         return grant
     block = blocks.get(key)
     if block is None:
         raise DamagedState(f"{where}: session grant names permissions block {key}, "
                            "which is recorded nowhere")
-    return {**grant, "work": {**work, "permissions": block}}
+    return {**grant, "work": {**grant["work"], "permissions": block}}
 
 
 def run_from_data(data: Any, where: str) -> dict[str, Any]:

@@ -702,22 +702,22 @@ class FilesystemBackend(Backend):
             blocks = self._blocks.setdefault(run_id, {})
             for line in data[:whole].split(b"\n")[:-1]:
                 number += 1
-                data = _json_line(line, f"{where}:{number}")
-                if data is _TORN:  # blank, or a torn line that repair has ended
+                record = _json_line(line, f"{where}:{number}")
+                if record is _TORN:  # blank, or a torn line that repair has ended
                     continue
-                if isinstance(data, dict) and "hash" not in data:
-                    key, block = block_from_data(data, f"{where}:{number}")
+                if isinstance(record, dict) and "hash" not in record:
+                    key, block = block_from_data(record, f"{where}:{number}")
                     blocks[key] = block
                     continue
-                if isinstance(data, dict) and data.keys() == {"hash", "alive"} and \
-                        data["alive"] is False:
-                    found = self._capabilities.get(data["hash"])
+                if isinstance(record, dict) and record.keys() == {"hash", "alive"} and \
+                        record["alive"] is False:
+                    found = self._capabilities.get(record["hash"])
                     if found is None or found[0] != run_id:
                         raise DamagedState(f"{where}:{number}: ends a session grant recorded "
                                            "nowhere before it")
-                    self._capabilities[data["hash"]] = (run_id, {**found[1], "alive": False})
+                    self._capabilities[record["hash"]] = (run_id, {**found[1], "alive": False})
                     continue
-                grant = joined_grant(grant_from_data(data, f"{where}:{number}"), blocks,
+                grant = joined_grant(grant_from_data(record, f"{where}:{number}"), blocks,
                                      f"{where}:{number}")
                 self._capabilities[grant["hash"]] = (run_id, grant)
             self._capability_offsets[run_id] = (offset + whole, number)

@@ -44,6 +44,7 @@ from openprose.state.names import check_name
 from openprose.state.records import (
     RunRecord,
     block_from_data,
+    block_key,
     frame_from_data,
     grant_from_data,
     joined_grant,
@@ -370,10 +371,9 @@ class SqlBackend(Backend):
     def grant_from_json(self, run_id: str, body: str, where: str) -> dict[str, Any]:
         """A stored grant of ``run_id`` read back whole, its permissions block in place."""
         grant = grant_from_data(parse_json(body, where, "session grant"), where)
-        work = grant.get("work")
-        key = work.get("permissions") if isinstance(work, dict) else None
+        key = block_key(grant)
         known = self._blocks.setdefault(run_id, {})
-        if isinstance(key, str) and key not in known:
+        if key is not None and key not in known:
             found = f"{self.table_location(run_id, 'permissions')}, key={key}"
             for (text,) in self.fetch(run_id, "SELECT body FROM {p}permissions WHERE"
                                       " run_id = ? AND key = ?", (run_id, key)):
