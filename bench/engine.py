@@ -6,7 +6,9 @@ Prints, per backend: the per-statement overhead of N sequential sessions on a ze
 scripted provider with the default durability (each session's binding and result record
 durable before the next statement), the same at N/10 statements (the cost must not grow with
 program length), the marginal cost of one more statement (fixed start-up left out), and the
-size of the state the N-session run leaves with 100-byte outputs. Each is the median of
+size of the state the N-session run leaves with 100-byte outputs, and the benchmark process's
+CPU time per statement at N (the engine's own work: on a loaded machine the wall time is mostly
+waiting for the disk and the other processes). Each is the median of
 ``--repeats`` runs, with their range.
 Then, per backend, the wall time of a ``parallel for`` over 1,000 items at 100 ms latency and
 concurrency 100, as a ratio to the ideal 1.0 s: of the statement (from its start until the next
@@ -84,12 +86,15 @@ def _project() -> Path:
     return Path(tempfile.mkdtemp(dir=WORK))
 
 
-def sequential(backend: str, n: int) -> tuple[float, int]:
-    """Seconds per statement for ``n`` sequential sessions, and the state's size in bytes."""
+def sequential(backend: str, n: int) -> tuple[float, float, int]:
+    """Seconds per statement for ``n`` sequential sessions, this process's CPU seconds per
+    statement, and the state's size in bytes."""
     root = _project()
+    cpu = time.process_time()
     elapsed, _ = asyncio.run(_run(_sequential(n), root, backend, {"default_output": OUTPUT}))
+    cpu = time.process_time() - cpu
     size = _size(root / ".prose") if backend != "postgres" else -1
-    return elapsed / n, size
+    return elapsed / n, cpu / n, size
 
 
 def fan_out(backend: str = "filesystem", n: int = 1000, latency: float = 0.1,
@@ -137,19 +142,20 @@ def _measure(backends: list[str], sessions: int, repeats: int) -> None:
     n, small = sessions, max(1, sessions // 10)
     print(f"sequential sessions, ms per statement (median of {repeats} runs, range in brackets)")
     print(f"{'backend':<11} {'@' + str(n):>22} {'@' + str(small):>22} {'marginal':>9} "
-          f"{'state size':>11}")
+          f"{'state size':>11} {'cpu @' + str(n):>10}")
     for backend in backends:
-        big, small_runs, size = [], [], -1
+        big, small_runs, cpu, size = [], [], [], -1
         for _ in range(repeats):
-            per_big, size = sequential(backend, n)
+            per_big, per_cpu, size = sequential(backend, n)
             big.append(per_big * 1e3)
+            cpu.append(per_cpu * 1e3)
             small_runs.append(sequential(backend, small)[0] * 1e3)
         per_big, per_small = statistics.median(big), statistics.median(small_runs)
         # What one more statement costs, without the run's fixed start and finish.
         marginal = (per_big * n - per_small * small) / (n - small) if n > small else per_big
         shown = f"{size / 1e6:.2f} MB" if size >= 0 else "(in db)"
         print(f"{backend:<11} {_spread(big, ''):>22} {_spread(small_runs, ''):>22} "
-              f"{marginal:>9.3f} {shown:>11}")
+              f"{marginal:>9.3f} {shown:>11} {statistics.median(cpu):>10.3f}")
     print(f"parallel for: 1,000 items × 100 ms at concurrency 100, wall time / ideal 1.0 s "
           f"(median of {repeats} runs, range in brackets)")
     print(f"{'backend':<11} {'statement':>22} {'whole run':>22}")

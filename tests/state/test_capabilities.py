@@ -3,11 +3,21 @@ on every backend, and leaves the state as it was."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
 
-from openprose.state import AgentRef, BindingRef, CapabilityError, NotFoundError, StateStore
+from openprose.engine.permissions import Permissions, from_grant, grant_fields
+from openprose.state import (
+    AgentRef,
+    BindingRef,
+    CapabilityError,
+    DamagedState,
+    NotFoundError,
+    SessionStart,
+    StateStore,
+)
 
 ONLY_ITS_BINDING = "a session may write only its assigned binding"
 ONLY_ITS_CONTEXT = "a session reads only the bindings it was given as context"
@@ -247,3 +257,98 @@ def test_a_result_arriving_after_its_step_was_cancelled_is_not_recorded(store, p
     run.record_intent("0|0", "h")
     run.complete_session(again.token, "0|0", value="fresh")
     assert run.read_binding(BindingRef("a")).value == "fresh"
+
+
+# ---------------------------------------------------------------------------- permissions
+
+def _stored_grants(store: StateStore, run_id: str) -> list[str]:
+    """The grant records as the backend stored them (lines, or capabilities rows)."""
+    backend = store.backend
+    if backend.name == "filesystem":
+        path = backend.run_dir(run_id) / "capabilities.jsonl"
+        return [line for line in path.read_text().splitlines() if '"hash"' in line]
+    rows = backend.fetch(run_id, "SELECT body FROM {p}capabilities WHERE run_id = ?",
+                         (run_id,))
+    return [body for (body,) in rows]
+
+
+def _start(run, name: str, permissions: Permissions) -> str:
+    start = SessionStart(name, "h", BindingRef(name), "let", f"let {name} = session",
+                         work=grant_fields("writer", permissions, name, 2))
+    return run.start_sessions([start])[0].token
+
+
+def test_grants_name_their_permissions_block_instead_of_copying_it(stores, program):
+    """A grant and its end refer to the session's permissions block, stored once per run,
+    so a grant's record does not grow with the block; every reader (another process, the
+    run's listing) still gets the whole block back."""
+    store = stores.open()
+    run = store.create_run(program)
+    wide = Permissions(read=tuple(f"docs/part-{i}/**" for i in range(40)), bash="deny")
+    tokens = [_start(run, f"s{i}", wide) for i in range(3)]
+    small = _start(run, "t", Permissions(read=("src/**",)))
+    for token in tokens[:2]:
+        run.end_session(token)
+
+    records = _stored_grants(store, run.id)
+    # four grants and two ends (SQL: a row a token)
+    assert len(records) == (6 if store.backend.name == "filesystem" else 4)
+    assert all(len(record) < len(json.dumps(wide.to_dict())) for record in records)
+    later = stores.open()  # another process: the hook, a take-over
+    for token, expected in [(tokens[0], wide), (tokens[2], wide),
+                            (small, Permissions(read=("src/**",)))]:
+        _, grant = later.token_grant(token)
+        assert grant["work"]["permissions"] == expected.to_dict()
+        assert from_grant(grant["work"]) == expected.effective()
+    listed = later.backend.list_capabilities(run.id)
+    assert sorted(g["work"]["permissions"]["read"][0] for g in listed) == \
+        ["docs/part-0/**"] * 3 + ["src/**"]
+    assert {g["name"]: g["alive"] for g in listed} == \
+        {"s0": False, "s1": False, "s2": True, "t": True}
+
+
+def test_grants_that_copy_their_permissions_block_still_read(stores, program):
+    """A run written before grants named their block: each grant carries it whole, and
+    reads as it did."""
+    store = stores.open()
+    run = store.create_run(program)
+    token = _start(run, "s", Permissions(read=("src/**",)))
+    _, grant = store.token_grant(token)
+    old = {**grant, "work": {**grant["work"], "permissions": {**grant["work"]["permissions"],
+                                                               "read": ["old/**"]}}}
+    backend = store.backend
+    if backend.name == "filesystem":
+        with open(backend.run_dir(run.id) / "capabilities.jsonl", "a") as log:
+            log.write(json.dumps(old) + "\n")
+    else:
+        backend.write(run.id, backend.UPSERT_CAPABILITY, (old["hash"], run.id, json.dumps(old)),
+                      durable=True)
+    _, read = stores.open().token_grant(token)
+    assert from_grant(read["work"]).read == ("old/**",)
+
+
+def test_a_grant_whose_permissions_block_was_altered_is_damage(fs_stores, program):
+    """A block that is not what its key says (edited by hand, damaged) is never used: the
+    grants naming it are refused as damaged, not read with other permissions."""
+    store = fs_stores.open()
+    run = store.create_run(program)
+    token = _start(run, "s", Permissions(read=("src/**",), bash="deny"))
+    path = store.backend.run_dir(run.id) / "capabilities.jsonl"
+    path.write_text(path.read_text().replace('"bash":"deny"', '"bash":"allow"'))
+    with pytest.raises(DamagedState, match="does not match its content"):
+        fs_stores.open().token_grant(token)
+
+
+def test_an_end_of_a_grant_recorded_nowhere_is_damage(fs_stores, program):
+    """The short line that ends a grant stands only after the grant: alone, it is damage."""
+    store = fs_stores.open()
+    run = store.create_run(program)
+    token = _start(run, "s", Permissions())
+    run.end_session(token)
+    path = store.backend.run_dir(run.id) / "capabilities.jsonl"
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[-1]).keys() == {"hash", "alive"}
+    assert not fs_stores.open().token_grant(token)[1]["alive"]
+    path.write_text(lines[-1] + "\n")
+    with pytest.raises(DamagedState, match="ends a session grant recorded nowhere"):
+        fs_stores.open().token_grant(token)

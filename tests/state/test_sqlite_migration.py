@@ -12,7 +12,14 @@ import pytest
 from click.testing import CliRunner
 
 from openprose.cli import cli
-from openprose.state import AgentRef, BindingRef, StatementStatus, StateSnapshot, open_store
+from openprose.state import (
+    AgentRef,
+    BindingRef,
+    SessionStart,
+    StatementStatus,
+    StateSnapshot,
+    open_store,
+)
 from openprose.state.backends.sqlite_schema import SCHEMA_VERSION
 
 RUN_ID = "20260103-143052-a7b3c9"
@@ -203,3 +210,38 @@ def test_opening_waits_while_another_process_converts_the_database(tmp_path: Pat
         holder.close()
         out, err = opener.communicate(timeout=120)
     assert out == "completed\n", err
+
+
+def test_a_version_1_database_gets_the_permissions_table_and_its_grants_still_read(
+        tmp_path: Path) -> None:
+    """Version 1 had no ``permissions`` table: its grants carry their whole block. Opened
+    now, those grants read as they were, and new grants name their block in the new table."""
+    with open_store(tmp_path, "sqlite") as store:
+        run = store.create_run('let a = session "A"', "a.prose")
+        run_id = run.id
+    db = tmp_path / ".prose" / "runs" / run_id / "state.db"
+    block = {"read": ["old/**"], "write": [], "execute": [], "bash": "deny",
+             "network": "prompt", "never": [".prose/"]}
+    old = {"hash": "a" * 64, "name": "a", "execution_id": None, "kind": "let", "source": "",
+           "alive": True, "context": [], "agent": None,
+           "work": {"agent": "w", "key": "0", "line": 1, "permissions": block}}
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE permissions")
+    conn.execute("INSERT INTO capabilities VALUES (?, ?, ?)",
+                 (old["hash"], run_id, json.dumps(old)))
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    with open_store(tmp_path, "sqlite") as store:
+        assert store.grant("a" * 64, fresh=True)[1]["work"]["permissions"] == block
+        start = SessionStart("1", "h", BindingRef("b"), "let", "let b = session",
+                             work={"agent": "w", "key": "1", "line": 2, "permissions": block})
+        token = store.open_run(run_id).start_sessions([start])[0].token
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert conn.execute("SELECT count(*) FROM permissions").fetchone()[0] == 1
+    assert all("old/**" not in body for (body,) in conn.execute(
+        "SELECT body FROM capabilities WHERE hash != ?", ("a" * 64,)))
+    conn.close()
+    with open_store(tmp_path, "sqlite") as store:
+        assert store.token_grant(token)[1]["work"]["permissions"] == block

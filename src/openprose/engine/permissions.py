@@ -171,6 +171,10 @@ class Policy:
 
     #: The user's home, whose :data:`SECRET_PLACES` stay hidden (default: ``$HOME``).
     home: Path | None = None
+    #: Each glob of the run's permissions made absolute and compiled once, whatever number
+    #: of sessions it applies to.
+    _patterns: dict[str, Pattern] = field(default_factory=dict, init=False, repr=False,
+                                          compare=False)
 
     def __post_init__(self) -> None:
         self.project = Path(os.path.realpath(self.project))
@@ -178,6 +182,16 @@ class Policy:
     @functools.cached_property
     def hidden(self) -> list[Path]:
         return secret_places(self.project, self.home or Path(os.environ.get("HOME") or "/"))
+
+    def patterns(self, globs: tuple[str, ...] | None) -> list[Pattern]:
+        """``globs`` (a permissions key's) as patterns over absolute paths in the project."""
+        found = []
+        for glob in globs or ():
+            pattern = self._patterns.get(glob)
+            if pattern is None:
+                pattern = self._patterns[glob] = _absolute(glob, self.project)
+            found.append(pattern)
+        return found
 
     def gate(self, agent: str | None, permissions: Permissions | None,
              statement: str = "", skills: dict[str, Path] | None = None) -> Gate:
@@ -198,9 +212,15 @@ class Gate:
         self.agent = agent
         self.permissions = permissions
         self.statement = statement
-        root = policy.project
-        self.read_patterns = [_absolute(p, root) for p in permissions.read or ()]
-        self.write_patterns = [_absolute(p, root) for p in permissions.write or ()]
+
+    # Made when the session first touches a path: most sessions never do.
+    @functools.cached_property
+    def read_patterns(self) -> list[Pattern]:
+        return self.policy.patterns(self.permissions.read)
+
+    @functools.cached_property
+    def write_patterns(self) -> list[Pattern]:
+        return self.policy.patterns(self.permissions.write)
 
     @property
     def project(self) -> Path:

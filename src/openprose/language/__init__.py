@@ -86,6 +86,21 @@ def compile(source: str, path: str | None = None, *, root: Path | None = None
     return CompileResult(program, kept, source, path, len(diagnostics) - len(kept))
 
 
+def syntax_tree(source: str) -> nodes.Program | None:
+    """The tree :func:`compile` would give for ``source`` (the same object while its parse is
+    kept), without validating it: nothing is read from disk, for readers that only place
+    things in the program's text. ``None`` where :func:`compile` gives none."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 6000))  # as compile: room for the parser's nesting
+    try:
+        program = _parsed(source)[0]
+        return None if program is None or _too_deep(program, None) is not None else program
+    except RecursionError:
+        return None
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 @lru_cache(maxsize=PARSED_KEPT)
 def _parsed(source: str) -> tuple[nodes.Program | None, tuple[Diagnostic, ...]]:
     """The syntax tree of ``source`` and the parser's diagnostics (for no file: the caller
@@ -141,4 +156,5 @@ __all__ = [
     "compile",
     "compile_or_raise",
     "nodes",
+    "syntax_tree",
 ]

@@ -16,6 +16,7 @@ Walkers over the syntax tree derive from :class:`NodeVisitor`.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -178,8 +179,30 @@ class Analysis:
                 if (s.binds == name or name in s.names) and s.block == block]
 
 
+#: The last analyses made, by source: a run's interpreter and its state.md (its steps placed in
+#: the program) read one program, and a long program takes long to analyse.
+_RECENT: dict[str, Analysis] = {}
+_RECENT_KEPT = 8
+_RECENT_LOCK = threading.Lock()
+
+
 def analyze(program: n.Program, source: str) -> Analysis:
-    """The analysis of a compiled program."""
+    """The analysis of a compiled program (made once for the same tree of the same source;
+    nothing changes an analysis once made)."""
+    with _RECENT_LOCK:
+        found = _RECENT.get(source)
+    if found is not None and found.program is program:
+        return found
+    analysis = _analyze(program, source)
+    with _RECENT_LOCK:
+        _RECENT.pop(source, None)
+        while len(_RECENT) >= _RECENT_KEPT:
+            del _RECENT[next(iter(_RECENT))]
+        _RECENT[source] = analysis
+    return analysis
+
+
+def _analyze(program: n.Program, source: str) -> Analysis:
     walker = _Statements(source.split("\n"))
     walker.body(program.body, "", None, None)
     for block in program.blocks.values():

@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from openprose.language import compile as compile_program
 from openprose.language import nodes as n
-from openprose.language import paths
+from openprose.language import paths, syntax_tree
 from openprose.language.analysis import Analysis, Statement, analyze
 
 #: A step another driver records under its namespace: ``<ns>:<statement id>@<frame>#<n>`` for
@@ -46,11 +45,10 @@ class Placed:
 
 
 class ProgramMap:
-    """Resolve journal keys of one program (compiled and analysed once; keys are cached)."""
+    """Resolve journal keys of one program (parsed and analysed once; keys are cached)."""
 
-    def __init__(self, source: str, file: str | None = None) -> None:
-        result = compile_program(source, file)
-        self.program = result.program
+    def __init__(self, source: str) -> None:
+        self.program = syntax_tree(source)
         self.analysis: Analysis | None = (None if self.program is None
                                           else analyze(self.program, source))
         #: every static path a body or branch starts at (``6.b0``, ``9.p0``, ``4|1``)

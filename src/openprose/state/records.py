@@ -4,7 +4,9 @@ naming where it was found, never a ``TypeError`` or ``KeyError`` from deep insid
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
@@ -115,6 +117,73 @@ def grant_from_data(data: Any, where: str) -> dict[str, Any]:
                                                           for a in agent)):
         raise DamagedState(f"{where}: not a session grant (agent {json.dumps(agent)[:40]})")
     return grant
+
+
+def permissions_key(block: dict[str, Any]) -> str:
+    """The key a grant names its permissions block by: a digest of the block's content, so
+    any process writing the run's grants arrives at the same key without asking another."""
+    text = json.dumps(block, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def split_grant(grant: dict[str, Any]) -> tuple[dict[str, Any], str | None,
+                                                dict[str, Any] | None]:
+    """A grant as stored: its permissions block (the ``work`` field's, which every session
+    of an agent shares) replaced by the block's key. Returns the stored grant, the key and
+    the block (both ``None`` when the grant carries no block)."""
+    work = grant.get("work")
+    block = work.get("permissions") if isinstance(work, dict) else None
+    if not isinstance(block, dict):
+        return grant, None, None
+    key = permissions_key(block)
+    return {**grant, "work": {**work, "permissions": key}}, key, block
+
+
+def split_grants(grants: list[dict[str, Any]], known: Mapping[str, dict[str, Any]]
+                 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """``grants`` as stored (see :func:`split_grant`), and the blocks they name that are not
+    ``known`` to be stored already (key -> block): to be stored with them, first."""
+    stored, new = [], {}
+    for grant in grants:
+        compact, key, block = split_grant(grant)
+        stored.append(compact)
+        if key is not None and block is not None and key not in known:
+            new[key] = block
+    return stored, new
+
+
+def block_from_data(data: Any, where: str) -> tuple[str, dict[str, Any]]:
+    """A stored permissions block (``{"key": ..., "permissions": {...}}``), checked against
+    its key: a block whose content is not what its key says is damage, never used."""
+    block = data.get("permissions") if isinstance(data, dict) else None
+    key = data.get("key") if isinstance(data, dict) else None
+    if not isinstance(block, dict) or not isinstance(key, str) or set(data) != {"key",
+                                                                               "permissions"}:
+        raise DamagedState(f"{where}: not a permissions block ({json.dumps(data)[:40]})")
+    if permissions_key(block) != key:
+        raise DamagedState(f"{where}: permissions block {key} does not match its content")
+    return key, block
+
+
+def block_key(grant: dict[str, Any]) -> str | None:
+    """The key of the permissions block a stored grant names (``None``: it names none, or
+    carries the whole block, as grants written before blocks were kept apart do)."""
+    work = grant.get("work")
+    key = work.get("permissions") if isinstance(work, dict) else None
+    return key if isinstance(key, str) else None
+
+
+def joined_grant(grant: dict[str, Any], blocks: Mapping[str, dict[str, Any]],
+                 where: str) -> dict[str, Any]:
+    """A stored grant with its permissions block back in place of the key."""
+    key = block_key(grant)
+    if key is None:
+        return grant
+    block = blocks.get(key)
+    if block is None:
+        raise DamagedState(f"{where}: session grant names permissions block {key}, "
+                           "which is recorded nowhere")
+    return {**grant, "work": {**grant["work"], "permissions": block}}
 
 
 def run_from_data(data: Any, where: str) -> dict[str, Any]:

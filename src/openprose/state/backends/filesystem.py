@@ -60,12 +60,15 @@ from openprose.state.models import (
 from openprose.state.names import check_name, contained_path
 from openprose.state.records import (
     RunRecord,
+    block_from_data,
     damaged_record,
     entry_from_data,
     frame_from_data,
     grant_from_data,
+    joined_grant,
     parse_json,
     run_from_data,
+    split_grants,
 )
 
 SEPARATOR = "\n```\n\n---\n\n"
@@ -180,6 +183,8 @@ class FilesystemBackend(Backend):
         self._capability_offsets: dict[str, tuple[int, int]] = {}
         self._capability_lock = threading.Lock()
         self._capabilities: dict[str, tuple[str, dict[str, Any]]] = {}
+        #: Per run, the permissions blocks its capabilities.jsonl holds (key -> block).
+        self._blocks: dict[str, dict[str, dict[str, Any]]] = {}
         self._contained_dirs: set[Path] = set()
 
     # ------------------------------------------------------------------ paths
@@ -402,6 +407,8 @@ class FilesystemBackend(Backend):
                 del self._capability_offsets[key]
             for key in [k for k, (owner, _) in self._capabilities.items() if owned(owner)]:
                 del self._capabilities[key]
+            for key in [k for k in self._blocks if owned(k)]:
+                del self._blocks[key]
 
     def remove_parts(self, run_id: str, names: list[str]) -> None:
         """Remove these files or folders of a run's directory, in order."""
@@ -639,12 +646,29 @@ class FilesystemBackend(Backend):
         self._put_capabilities(run_id, [grant])
 
     def _put_capabilities(self, run_id: str, grants: list[dict[str, Any]]) -> None:
-        """Cache the grants and append them to capabilities.jsonl in one write."""
+        """Cache the grants and append them to capabilities.jsonl in one write, each
+        permissions block the file lacks on a line before the first grant naming it. The
+        end of a grant the file holds is the line ``{"hash": ..., "alive": false}``."""
+        if not grants:
+            return
+        ending = [self._ends(run_id, grant) for grant in grants]
+        ends = [json.dumps({"hash": grant["hash"], "alive": False}, separators=(",", ":"))
+                for grant, end in zip(grants, ending, strict=True) if end]
+        full = [grant for grant, end in zip(grants, ending, strict=True) if not end]
         for grant in grants:
             self._capabilities[grant["hash"]] = (run_id, grant)
-        if grants:
-            self._append(run_id, "capabilities.jsonl", "\n".join(map(grant_to_json, grants)),
-                         durable=False)
+        known = self._blocks.setdefault(run_id, {})
+        stored, new = split_grants(full, known)
+        lines = [*(json.dumps({"key": key, "permissions": block}, separators=(",", ":"))
+                   for key, block in new.items()), *map(grant_to_json, stored), *ends]
+        self._append(run_id, "capabilities.jsonl", "\n".join(lines), durable=False)
+        known.update(new)  # only once written: a grant never names a block not yet there
+
+    def _ends(self, run_id: str, grant: dict[str, Any]) -> bool:
+        """Whether ``grant`` only ends one this backend wrote or read for ``run_id``."""
+        found = self._capabilities.get(grant["hash"])
+        return not grant["alive"] and found is not None and found[0] == run_id and \
+            {**found[1], "alive": False} == grant
 
     def find_capability(self, token_hash: str, run_id: str | None = None
                         ) -> tuple[str, dict[str, Any]] | None:
@@ -675,12 +699,27 @@ class FilesystemBackend(Backend):
                 handle.seek(offset)
                 data = handle.read()
             whole = data.rfind(b"\n") + 1
+            blocks = self._blocks.setdefault(run_id, {})
             for line in data[:whole].split(b"\n")[:-1]:
                 number += 1
-                grant = _json_line(line, f"{where}:{number}")
-                if grant is not _TORN:  # blank, or a torn line that repair has ended
-                    grant = grant_from_data(grant, f"{where}:{number}")
-                    self._capabilities[grant["hash"]] = (run_id, grant)
+                record = _json_line(line, f"{where}:{number}")
+                if record is _TORN:  # blank, or a torn line that repair has ended
+                    continue
+                if isinstance(record, dict) and "hash" not in record:
+                    key, block = block_from_data(record, f"{where}:{number}")
+                    blocks[key] = block
+                    continue
+                if isinstance(record, dict) and record.keys() == {"hash", "alive"} and \
+                        record["alive"] is False:
+                    found = self._capabilities.get(record["hash"])
+                    if found is None or found[0] != run_id:
+                        raise DamagedState(f"{where}:{number}: ends a session grant recorded "
+                                           "nowhere before it")
+                    self._capabilities[record["hash"]] = (run_id, {**found[1], "alive": False})
+                    continue
+                grant = joined_grant(grant_from_data(record, f"{where}:{number}"), blocks,
+                                     f"{where}:{number}")
+                self._capabilities[grant["hash"]] = (run_id, grant)
             self._capability_offsets[run_id] = (offset + whole, number)
 
     def list_capabilities(self, run_id: str) -> list[dict[str, Any]]:

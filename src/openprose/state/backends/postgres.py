@@ -15,7 +15,6 @@ from typing import Any
 from openprose.state.backends.sql import (
     Cursor,
     SqlBackend,
-    grant_from_json,
     tables,
 )
 from openprose.state.config import postgres_scrubbed, postgres_shown
@@ -186,9 +185,10 @@ class PostgresBackend(SqlBackend):
             conn.execute(self.q("DELETE FROM {p}run WHERE id = ? OR id LIKE ?"),
                          (run_id, nested))
             for table in ("execution", "bindings", "agents", "agent_segments", "imports",
-                          "journal", "frames", "capabilities", "driver"):
+                          "journal", "frames", "capabilities", "permissions", "driver"):
                 conn.execute(self.q(f"DELETE FROM {{p}}{table} WHERE run_id = ? OR"
                                     " run_id LIKE ?"), (run_id, nested))
+        self.release(run_id)
         directory = self.files.run_dir(run_id)
         shared = any((directory / marker).exists() for marker in ("run.json", "state.db"))
         if directory.is_dir() and not (keep_shared or shared):
@@ -201,7 +201,8 @@ class PostgresBackend(SqlBackend):
         if not rows:
             return None
         run_id, body = rows[0]
-        return run_id, grant_from_json(body, self.table_location(run_id, "capabilities"))
+        return run_id, self.grant_from_json(run_id, body,
+                                            self.table_location(run_id, "capabilities"))
 
     def close(self) -> None:
         self.pool.close()

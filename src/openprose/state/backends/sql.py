@@ -43,9 +43,13 @@ from openprose.state.models import (
 from openprose.state.names import check_name
 from openprose.state.records import (
     RunRecord,
+    block_from_data,
+    block_key,
     frame_from_data,
     grant_from_data,
+    joined_grant,
     parse_json,
+    split_grants,
 )
 
 
@@ -99,6 +103,10 @@ def tables(p: str, serial: str, json_type: str, now: str) -> list[str]:
             call_key TEXT, PRIMARY KEY (run_id, execution_id))""",
         f"""CREATE TABLE IF NOT EXISTS {p}capabilities (
             hash TEXT PRIMARY KEY, run_id TEXT NOT NULL, body TEXT NOT NULL)""",
+        # The permissions blocks the run's grants name by key (each stored once per run).
+        f"""CREATE TABLE IF NOT EXISTS {p}permissions (
+            run_id TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL,
+            PRIMARY KEY (run_id, key))""",
     ]
 
 
@@ -111,6 +119,8 @@ class SqlBackend(Backend):
         self.root = project_root
         self.home = home
         self.files = FilesystemBackend(project_root, home)  # run dirs, attachments, custom agents
+        #: Per run, the permissions blocks known to be stored (key -> block).
+        self._blocks: dict[str, dict[str, dict[str, Any]]] = {}
 
     @abstractmethod
     @contextmanager
@@ -268,18 +278,29 @@ class SqlBackend(Backend):
         # The result records carry kind and source, so repair can restore a lost row.
         entries = [replace(s.entry, meta={**s.entry.meta, "kind": s.binding.kind,
                                           "source": s.binding.source}) for s in steps]
-        self.write_all(run_id, [
+        self.write_grants(run_id, [
             (self.UPSERT_BINDING, [self._binding_row(run_id, b) for b in latest.values()]),
             (self.INSERT_JOURNAL, [_journal_row(run_id, e) for e in entries]),
-            (self.UPSERT_CAPABILITY, [_grant_row(run_id, s.ended_grant) for s in steps]),
-        ], durable=True)
+        ], [s.ended_grant for s in steps], durable=True)
 
     def start_sessions(self, run_id: str, intents: list[JournalEntry],
                        grants: list[dict[str, Any]]) -> None:
-        self.write_all(run_id, [
+        self.write_grants(run_id, [
             (self.INSERT_JOURNAL, [_journal_row(run_id, e) for e in intents]),
-            (self.UPSERT_CAPABILITY, [_grant_row(run_id, g) for g in grants]),
-        ], durable=False)
+        ], grants, durable=False)
+
+    def write_grants(self, run_id: str, parts: list[tuple[str, list[tuple[Any, ...]]]],
+                     grants: list[dict[str, Any]], *, durable: bool) -> None:
+        """``parts`` and ``grants`` in one transaction, each grant naming its permissions
+        block by key and the blocks not stored yet stored with them."""
+        known = self._blocks.setdefault(run_id, {})
+        stored, new = split_grants(grants, known)
+        self.write_all(run_id, [*parts, (self.INSERT_PERMISSIONS, [
+            (run_id, key, json.dumps(block, separators=(",", ":")))
+            for key, block in new.items()]), (self.UPSERT_CAPABILITY, [
+                (grant["hash"], run_id, grant_to_json(grant)) for grant in stored])],
+            durable=durable)
+        known.update(new)  # only once committed: a grant never names a block not yet there
 
     def read_journal(self, run_id: str) -> list[JournalEntry]:
         rows = self.fetch(run_id, "SELECT seq, body FROM {p}journal WHERE run_id = ?"
@@ -335,15 +356,34 @@ class SqlBackend(Backend):
 
     UPSERT_CAPABILITY = ("INSERT INTO {p}capabilities (hash, run_id, body) VALUES (?,?,?)"
                          " ON CONFLICT (hash) DO UPDATE SET body = excluded.body")
+    INSERT_PERMISSIONS = ("INSERT INTO {p}permissions (run_id, key, body) VALUES (?,?,?)"
+                          " ON CONFLICT (run_id, key) DO NOTHING")
 
     def put_capability(self, run_id: str, grant: dict[str, Any]) -> None:
-        self.write(run_id, self.UPSERT_CAPABILITY, _grant_row(run_id, grant), durable=False)
+        self.write_grants(run_id, [], [grant], durable=False)
 
     def list_capabilities(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.fetch(run_id, "SELECT body FROM {p}capabilities WHERE run_id = ?",
                           (run_id,))
         where = self.table_location(run_id, "capabilities")
-        return [grant_from_json(row[0], where) for row in rows]
+        return [self.grant_from_json(run_id, row[0], where) for row in rows]
+
+    def grant_from_json(self, run_id: str, body: str, where: str) -> dict[str, Any]:
+        """A stored grant of ``run_id`` read back whole, its permissions block in place."""
+        grant = grant_from_data(parse_json(body, where, "session grant"), where)
+        key = block_key(grant)
+        known = self._blocks.setdefault(run_id, {})
+        if key is not None and key not in known:
+            found = f"{self.table_location(run_id, 'permissions')}, key={key}"
+            for (text,) in self.fetch(run_id, "SELECT body FROM {p}permissions WHERE"
+                                      " run_id = ? AND key = ?", (run_id, key)):
+                block = parse_json(text, found, "permissions block")
+                known.update([block_from_data({"key": key, "permissions": block}, found)])
+        return joined_grant(grant, known, where)
+
+    def release(self, run_id: str) -> None:
+        for key in [k for k in self._blocks if k == run_id or k.startswith(f"{run_id}/")]:
+            del self._blocks[key]
 
     # ------------------------------------------------------------------ agents
     def _agent_key(self, run_id: str, agent: AgentRef) -> tuple[str, str, str, str]:
@@ -440,14 +480,6 @@ class SqlBackend(Backend):
 
 def _journal_row(run_id: str, entry: JournalEntry) -> tuple[Any, ...]:
     return run_id, entry.key, entry.kind, entry_to_json(entry)
-
-
-def _grant_row(run_id: str, grant: dict[str, Any]) -> tuple[Any, ...]:
-    return grant["hash"], run_id, grant_to_json(grant)
-
-
-def grant_from_json(body: str, where: str) -> dict[str, Any]:
-    return grant_from_data(parse_json(body, where, "session grant"), where)
 
 
 def _json(value: Any) -> Any:

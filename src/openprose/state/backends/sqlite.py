@@ -15,7 +15,6 @@ from typing import Any
 from openprose.state.backends.sql import (
     Cursor,
     SqlBackend,
-    grant_from_json,
     tables,
 )
 from openprose.state.backends.sqlite_schema import ensure_schema
@@ -218,6 +217,7 @@ class SqliteBackend(SqlBackend):
         directory = self.files.run_dir(run_id)
         self.load_run(run_id)  # RunNotFound unless this backend holds it
         self._ready -= self._close_connections(directory)
+        super().release(run_id)
         self.files.forget(run_id)
         if keep_shared or (directory / "run.json").exists():
             self.files.remove_parts(run_id, ["state.db", "state.db-wal", "state.db-shm"])
@@ -237,11 +237,12 @@ class SqliteBackend(SqlBackend):
             rows = self.fetch(candidate, "SELECT body FROM capabilities WHERE hash = ?",
                               (token_hash,))
             if rows:
-                return candidate, grant_from_json(
-                    rows[0][0], self.table_location(candidate, "capabilities"))
+                return candidate, self.grant_from_json(
+                    candidate, rows[0][0], self.table_location(candidate, "capabilities"))
         return None
 
     def release(self, run_id: str) -> None:
+        super().release(run_id)
         self._close_connections(self.files.run_dir(run_id))
         self.files.release(run_id)
 

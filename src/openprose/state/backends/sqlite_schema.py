@@ -5,7 +5,8 @@ A database records its schema in ``PRAGMA user_version``. Version 0 is anything 
 the stamp: by an earlier openprose (already the full schema), or by the prompt-driven
 OpenProse VM that kept ``state.db`` from its own, smaller schema (no journal, frames or
 capabilities; a run row without its VM token hash; root bindings with a NULL execution id;
-timestamps as ``YYYY-MM-DD HH:MM:SS``). Bringing a database to :data:`SCHEMA_VERSION` adds
+timestamps as ``YYYY-MM-DD HH:MM:SS``). Version 1 lacks the ``permissions`` table that
+session grants name their permissions blocks in since version 2. Bringing a database to :data:`SCHEMA_VERSION` adds
 what is missing and rewrites what the backend cannot read, in one transaction, and never
 drops a row. Tables are created from the DDL the PostgreSQL backend shares (it carries the
 CHECK constraints sqlite-utils cannot express); everything else goes through sqlite-utils'
@@ -21,7 +22,7 @@ import sqlite_utils
 
 from openprose.state.errors import StateError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # The columns each table must have, with the declaration added to an older table that lacks
 # one: (type, NOT NULL default or None).
