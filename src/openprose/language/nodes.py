@@ -33,25 +33,31 @@ class Span:
 class Node:
     span: Span = field(compare=False, repr=False, kw_only=True)
 
-    def children(self) -> Iterator[Node]:
+    def children(self) -> list[Node]:
         """Direct child nodes, in source order."""
         names = _CHILD_FIELDS.get(type(self))
         if names is None:
             names = tuple(f.name for f in fields(self) if f.name not in ("span", "name_span"))
             _CHILD_FIELDS[type(self)] = names
+        out: list[Node] = []
         for name in names:
-            yield from _nodes_in(getattr(self, name))
+            value = getattr(self, name)
+            if isinstance(value, Node):
+                out.append(value)
+            elif type(value) is tuple:
+                _nodes_in(value, out)
+        return out
 
 
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _nodes_in(value: object) -> Iterator[Node]:
-    if isinstance(value, Node):
-        yield value
-    elif isinstance(value, tuple):
-        for item in value:
-            yield from _nodes_in(item)
+def _nodes_in(items: tuple[object, ...], out: list[Node]) -> None:
+    for item in items:
+        if isinstance(item, Node):
+            out.append(item)
+        elif type(item) is tuple:
+            _nodes_in(item, out)
 
 
 # --------------------------------------------------------------------------- expressions
@@ -467,10 +473,24 @@ Stmt = (
 )
 
 
+def deeper_than(limit: int, roots: tuple[Node, ...], depth: int) -> Node | None:
+    """The first node nested more than ``limit`` levels deep under ``roots`` (themselves at
+    ``depth``), searched depth first from the last root back. Without recursion, as the tree
+    may be that deep."""
+    stack = [(root, depth) for root in roots]
+    while stack:
+        node, level = stack.pop()
+        if level > limit:
+            return node
+        level += 1
+        stack.extend([(child, level) for child in node.children()])
+    return None
+
+
 def walk(node: Node) -> Iterator[Node]:
     """Every node under ``node`` (inclusive), depth first, in source order."""
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(reversed(list(current.children())))
+        stack.extend(reversed(current.children()))

@@ -112,6 +112,8 @@ class Validator(NodeVisitor):
         for stmt in self.program.body:
             definitions.visit(stmt)
         for node in n.walk(self.program):
+            if not isinstance(node, n.Let | n.Output | n.Input | n.Branch):
+                continue  # declares nothing (most nodes: checked cheaply)
             if isinstance(node, n.Input):
                 if not node.name:
                     self.error("E020", "input needs a name: input NAME: \"description\"", node.span)
