@@ -336,3 +336,23 @@ async def test_no_crash_on_fuzzed_texts(client, tmp_path):
         await client.text_document_folding_range_async(lsp.FoldingRangeParams(doc(uri)))
     assert await editor.change(uri, 'session "still here"\n') == []
     editor.close(uri)
+
+
+async def test_interpolations_and_discretion_are_highlighted(client, tmp_path):
+    """``{name}`` inside a string is a reference (coloured as what it names, the string cut
+    around it, over lines in a triple-quoted one); ``**…**`` is its own colour."""
+    editor = Editor(client)
+    text = ('let topic = session "Pick a topic"\nblock b(depth):\n'
+            '  session "Go {depth} deep on {topic.title}"\n'
+            'if **the {topic} is done**:\n  session """Line one\n  then {topic} again"""\n')
+    uri, found = await editor.open(tmp_path / "colours.prose", text)
+    assert found == []
+    tokens = await client.text_document_semantic_tokens_full_async(
+        lsp.SemanticTokensParams(doc(uri)))
+    decoded = decode(tokens.data, text)
+    assert decoded[decoded.index(('"Go ', "string")):][:5] == [
+        ('"Go ', "string"), ("{depth}", "parameter"), (" deep on ", "string"),
+        ("{topic.title}", "variable"), ('"', "string")]
+    assert ("**the {topic} is done**", "macro") in decoded
+    assert ("  then ", "string") in decoded and decoded.count(("{topic}", "variable")) == 1
+    editor.close(uri)
