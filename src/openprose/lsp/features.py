@@ -11,7 +11,7 @@ from lsprotocol import types as lsp
 from openprose.errors import OpenProseError
 from openprose.language import nodes as n
 from openprose.language.analysis import BINDING_KINDS, SESSION_KINDS, Analysis, Symbol
-from openprose.language.canonical import format_program
+from openprose.language.canonical import NotFormatted, format_source
 from openprose.language.lexer import T, Token
 from openprose.language.parser import STATEMENT_KEYWORDS
 from openprose.language.validator import (
@@ -281,16 +281,15 @@ def folding_ranges(doc: Document) -> list[lsp.FoldingRange]:
 # ---------------------------------------------------------------------- formatting
 
 def formatting(doc: Document) -> list[lsp.TextEdit]:
-    """The canonical form as one edit; refused (never a partial rewrite) when the text has
-    errors, or comments, which the canonical form does not keep."""
+    """The canonical form, comments kept in place, as one edit; refused (never a partial
+    rewrite) when the text has errors or a comment whose place the form would not keep."""
     if not doc.result.ok or doc.result.program is None:
         raise Refused(f"not formatted: the program has {len(doc.result.errors)} error(s); "
                       "fix them first")
-    comments = doc.lexed[1]
-    if comments:
-        raise Refused(f"not formatted: the canonical form drops comments, and this file has "
-                      f"{len(comments)} (the first on line {comments[0].line})")
-    text = format_program(doc.result.program)
+    try:
+        text = format_source(doc.source, doc.result.program)
+    except NotFormatted as refusal:
+        raise Refused(str(refusal)) from None
     if text == doc.source:
         return []
     end = lsp.Position(len(doc.lines), 0)
