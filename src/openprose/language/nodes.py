@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
 # How deep calls of a block nest when it names no ``max_depth`` (the one definition: the
 # engine, the state contract and the guided outline all read it through BlockDef.depth_limit).
 DEFAULT_MAX_DEPTH = 100
+NodeT = TypeVar("NodeT", bound="Node")
 
 @dataclass(frozen=True, slots=True)
 class Span:
@@ -471,6 +473,36 @@ Stmt = (
     ImportSkill | Use | Input | AgentDef | BlockDef | Let | Assign | Output | ExprStmt | Parallel
     | Repeat | For | Loop | Try | Throw | Choice | If | DoBlock
 )
+
+
+def moved(node: NodeT, lines: int) -> NodeT:
+    """``node`` with every span ``lines`` lines further down: the parse of a statement an
+    edit above it moved (see parser.Parses); only for trees within the depth limit."""
+    cls = type(node)
+    names = _ALL_FIELDS.get(cls)
+    if names is None:
+        names = _ALL_FIELDS[cls] = tuple(f.name for f in fields(node))  # type: ignore[arg-type]
+    copy = object.__new__(cls)
+    for name in names:
+        object.__setattr__(copy, name, _moved(getattr(node, name), lines))
+    return copy
+
+
+def moved_span(span: Span, lines: int) -> Span:
+    return Span(span.line + lines, span.column, span.end_line + lines, span.end_column)
+
+
+_ALL_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _moved(value: object, lines: int) -> object:
+    if isinstance(value, Node):
+        return moved(value, lines)
+    if isinstance(value, Span):
+        return moved_span(value, lines)
+    if type(value) is tuple:
+        return tuple(_moved(item, lines) for item in value)
+    return value
 
 
 def deeper_than(limit: int, roots: tuple[Node, ...], depth: int) -> Node | None:

@@ -1037,14 +1037,14 @@ class Piece:
 class Parses:
     """Parses successive versions of one text (an editor's buffer), keeping the parse of each
     run of top-level statements for the next version: a change re-reads only the statements
-    whose text or first line it changed. A piece is read on its own only where that reads it
+    whose text it changed (those it moved up or down get their kept parse moved). A piece is read on its own only where that reads it
     as the whole text would (nothing left open at its end, nothing reported past it), so
     :meth:`parse` always equals :func:`parse` of the whole text."""
 
     def __init__(self) -> None:
-        #: by first line, text, whether the text's end, and the last piece's tail; None: the
-        #: piece cannot be read on its own
-        self.kept: dict[tuple[int, str, bool, n.Span | None], Piece | None] = {}
+        #: by text, whether the text's end, and the span of the last piece's tail: the line
+        #: it was read from and its parse (None: it cannot be read on its own)
+        self.kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
 
     def parse(self, source: str) -> tuple[n.Program, tuple[Diagnostic, ...], n.Node | None]:
         """What ``compile`` reads of a text: its tree, the parser's diagnostics, and its
@@ -1068,19 +1068,22 @@ class Parses:
         lines = [1]
         for before, after in itertools.pairwise(starts[:-1]):
             lines.append(lines[-1] + text.count("\n", before, after))
-        kept: dict[tuple[int, str, bool, n.Span | None], Piece | None] = {}
+        kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
         out: list[Piece] = []
         i, last = 0, len(starts) - 1
         while i < last:
             step = 1
-            after = out[-1].tail if out else None
+            tail = out[-1].tail if out else None
             while True:  # widen a piece that cannot be read alone: 1, 2, 4, ... statements
                 j = min(i + step, last)
-                key = (lines[i], text[starts[i]:starts[j]], j == last, after and after.span)
-                piece = kept[key] if key in kept else self.kept.get(key, False)
-                if piece is False:
-                    piece = _piece(key[1], lines[i], lines[j] if j < last else None, after)
-                kept[key] = piece
+                key = (text[starts[i]:starts[j]], j == last, tail and tail.span)
+                line, piece = kept.get(key) or self.kept.get(key) or (0, None)
+                if line != lines[i] and piece is not None and tail is None and \
+                        piece.deep is None:
+                    piece = _moved(piece, lines[i] - line)  # the same text, moved by an edit
+                elif line != lines[i]:
+                    piece = _piece(key[0], lines[i], lines[j] if j < last else None, tail)
+                kept[key] = lines[i], piece
                 if piece is not None:
                     break
                 step *= 2
@@ -1088,6 +1091,23 @@ class Parses:
             i = j
         self.kept = kept
         return out
+
+
+def _moved(piece: Piece, lines: int) -> Piece:
+    def token(t: Token) -> Token:
+        return Token(t.kind, t.value, n.moved_span(t.span, lines),
+                     tuple(p if isinstance(p, str) else n.moved(p, lines) for p in t.parts),
+                     t.triple, t.multiline)
+
+    def diagnostic(d: Diagnostic) -> Diagnostic:
+        return Diagnostic(d.code, d.message, n.moved_span(d.span, lines), d.severity, d.file)
+
+    return Piece(tuple(n.moved(s, lines) for s in piece.statements),
+                 tuple(map(diagnostic, piece.lexed)), tuple(map(diagnostic, piece.parsed)),
+                 tuple(map(token, piece.tokens)),
+                 tuple(n.moved_span(c, lines) for c in piece.comments),
+                 n.moved_span(piece.start, lines), n.moved_span(piece.end, lines), None,
+                 token(piece.tail) if piece.tail else None)
 
 
 def _piece(text: str, line: int, next_line: int | None, after: Token | None
