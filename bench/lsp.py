@@ -54,12 +54,16 @@ def program(megabytes: float) -> str:
     return "\n".join(parts)
 
 
-def in_process(text: str, runs: int) -> list[float]:
+def in_process(text: str, runs: int, middle: bool) -> list[float]:
+    """Each change adds a line at the end, or (``middle``) in the middle, which moves every
+    statement below it."""
     parses = Parses()
     Document("file:///bench.prose", None, text, 0, parses).diagnostics()  # the file opened
+    half = text.index("\nagent", len(text) // 2) + 1
     times = []
     for k in range(runs):
-        edited = text + f'\nsession "edit {k}"\n'
+        line = f'session "edit {k}"\n'
+        edited = text[:half] + line + text[half:] if middle else text + "\n" + line
         start = time.perf_counter()
         Document("file:///bench.prose", None, edited, k + 1, parses).diagnostics()
         times.append(time.perf_counter() - start)
@@ -117,7 +121,9 @@ def main() -> None:
     args = parser.parse_args()
     text = program(args.mb)
     print(f"program: {len(text) / 1024 / 1024:.2f} MB, {text.count(chr(10))} lines")
-    report("in process (compile + diagnostics)", in_process(text, args.runs))
+    report("in process, a line added at the end (compile + diagnostics)",
+           in_process(text, args.runs, False))
+    report("in process, a line added in the middle", in_process(text, args.runs, True))
     report("over stdio (change to diagnostics, debounce excluded)",
            asyncio.run(over_stdio(text, args.runs)))
 

@@ -39,7 +39,7 @@ class Node:
         """Direct child nodes, in source order."""
         names = _CHILD_FIELDS.get(type(self))
         if names is None:
-            names = tuple(f.name for f in fields(self) if f.name not in ("span", "name_span"))
+            names = tuple(f.name for f in fields(self) if f.type not in _PLAIN)
             _CHILD_FIELDS[type(self)] = names
         out: list[Node] = []
         for name in names:
@@ -52,6 +52,9 @@ class Node:
 
 
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+#: the declared types of fields that never hold a node (looked past by ``children``)
+_PLAIN = frozenset({"Span", "bool", "int | None", "int | float", "str", "str | None",
+                    "tuple[str, ...]"})
 
 
 def _nodes_in(items: tuple[object, ...], out: list[Node]) -> None:
