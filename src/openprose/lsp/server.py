@@ -17,7 +17,7 @@ from openprose import __version__
 from openprose.language.analysis import Analysis
 from openprose.language.parser import Parses
 from openprose.lsp import features
-from openprose.lsp.document import Document
+from openprose.lsp.document import Document, settle
 
 #: seconds of quiet after a change before the text is compiled again
 DEBOUNCE = 0.2
@@ -50,6 +50,7 @@ class ProseLanguageServer(LanguageServer):
         doc = self.document(uri)
         self.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
             uri, doc.diagnostics(), version=doc.version))
+        settle()
 
     def last_analysis(self, doc: Document) -> Analysis | None:
         """``doc``'s analysis, else that of the last version that could be parsed."""
