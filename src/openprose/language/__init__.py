@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 MAX_TREE_DEPTH = 256
 #: The most diagnostics reported for one file; the rest are counted (``omitted``).
 MAX_DIAGNOSTICS = 100
+#: What compile reads of a parse: tree, the parser's diagnostics, the first node nested too
+#: deeply, the nodes that bind names (see ``_parsed``)
+Parsed = tuple[nodes.Program | None, tuple[Diagnostic, ...], nodes.Node | None,
+               tuple[nodes.Node, ...] | None]
 #: Program texts whose parse is kept: starting a run compiles its program in several places
 #: (the server's outline, the engine, state.md), and parsing is most of compile's time.
 PARSED_KEPT = 8
@@ -72,14 +76,15 @@ def compile(source: str, path: str | None = None, *, root: Path | None = None,
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 6000))  # room for the parser's own nesting limit
     try:
-        program, parsed, deep = _parsed(source) if parses is None else parses.parse(source)
+        program, parsed, deep, declaring = _parsed(source) if parses is None else \
+            parses.parse(source)
         diagnostics = [replace(d, file=path) for d in parsed]
         if program is not None:
             if deep is not None:
                 too_deep = _too_deep(deep, path)
                 kept = _capped([*diagnostics, too_deep])
                 return CompileResult(None, kept, source, path, len(diagnostics) + 1 - len(kept))
-            diagnostics.extend(validate(program, path, root))
+            diagnostics.extend(validate(program, path, root, declaring))
     except RecursionError:  # a last line of defence; the parser bounds nesting itself
         span = nodes.Span(1, 1, 1, 1)
         message = "program is nested too deeply to process"
@@ -92,14 +97,17 @@ def compile(source: str, path: str | None = None, *, root: Path | None = None,
 
 
 @lru_cache(maxsize=PARSED_KEPT)
-def _parsed(source: str) -> tuple[nodes.Program | None, tuple[Diagnostic, ...], nodes.Node | None]:
+def _parsed(source: str) -> Parsed:
     """The syntax tree of ``source``, the parser's diagnostics (for no file: the caller
-    names its own) and the first node nested too deeply (see :func:`_too_deep`)."""
+    names its own), the first node nested too deeply (see :func:`_too_deep`) and the nodes
+    that bind names (:func:`nodes.declaring`)."""
     from openprose.language.parser import parse
 
     program, diagnostics = parse(source, None)
-    deep = nodes.deeper_than(MAX_TREE_DEPTH, program.body, 2) if program is not None else None
-    return program, tuple(diagnostics), deep
+    if program is None:
+        return None, tuple(diagnostics), None, None
+    return (program, tuple(diagnostics), nodes.deeper_than(MAX_TREE_DEPTH, program.body, 2),
+            nodes.declaring(program.body))
 
 
 def _capped(diagnostics: list[Diagnostic]) -> list[Diagnostic]:

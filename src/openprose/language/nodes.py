@@ -508,6 +508,13 @@ def _moved(value: object, lines: int) -> object:
     return value
 
 
+def declaring(roots: tuple[Node, ...]) -> tuple[Node, ...]:
+    """The nodes under ``roots`` that bind a name (``let``/``const``, ``output``, ``input``,
+    a named parallel branch), in source order: what the validator's first pass reads."""
+    return tuple(x for root in roots for x in walk(root)
+                 if isinstance(x, Let | Output | Input | Branch))
+
+
 def deeper_than(limit: int, roots: tuple[Node, ...], depth: int) -> Node | None:
     """The first node nested more than ``limit`` levels deep under ``roots`` (themselves at
     ``depth``), searched depth first from the last root back. Without recursion, as the tree

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import NoReturn, TypeVar
 
 from openprose.errors import OpenProseError
-from openprose.language import MAX_TREE_DEPTH
+from openprose.language import MAX_TREE_DEPTH, Parsed
 from openprose.language import nodes as n
 from openprose.language.diagnostics import Diagnostic, Severity
 from openprose.language.lexer import NOT_IMPLEMENTED, Lexer, T, Token
@@ -1029,6 +1029,7 @@ class Piece:
     start: n.Span  # of its first token
     end: n.Span  # of its end of text
     deep: n.Node | None  # its first node nested too deeply (see nodes.deeper_than)
+    declaring: tuple[n.Node, ...]  # its nodes that bind names (see nodes.declaring)
     #: its last token when a triple-quoted string: a failure right after it, in the next
     #: piece, is reported as a nested triple quote (see Parser.nested_triple)
     tail: Token | None
@@ -1046,16 +1047,17 @@ class Parses:
         #: it was read from and its parse (None: it cannot be read on its own)
         self.kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
 
-    def parse(self, source: str) -> tuple[n.Program, tuple[Diagnostic, ...], n.Node | None]:
-        """What ``compile`` reads of a text: its tree, the parser's diagnostics, and its
-        first node nested too deeply (the last piece's that has one: the search runs from
-        the last statement back)."""
+    def parse(self, source: str) -> Parsed:
+        """What ``compile`` reads of a text: its tree, the parser's diagnostics, its first
+        node nested too deeply (the last piece's that has one: the search runs from the last
+        statement back), and its nodes that bind names."""
         pieces = self.pieces(source)
         program = n.Program(tuple(s for p in pieces for s in p.statements),
                             span=pieces[0].start.to(pieces[-1].end))
         diagnostics = (*(d for p in pieces for d in p.lexed),
                        *(d for p in pieces for d in p.parsed))
-        return program, diagnostics, next((p.deep for p in reversed(pieces) if p.deep), None)
+        return (program, diagnostics, next((p.deep for p in reversed(pieces) if p.deep), None),
+                tuple(x for p in pieces for x in p.declaring))
 
     def lexed(self, source: str) -> tuple[list[Token], list[n.Span]]:
         """The tokens and comments of the text (its end of text left out)."""
@@ -1102,12 +1104,12 @@ def _moved(piece: Piece, lines: int) -> Piece:
     def diagnostic(d: Diagnostic) -> Diagnostic:
         return Diagnostic(d.code, d.message, n.moved_span(d.span, lines), d.severity, d.file)
 
-    return Piece(tuple(n.moved(s, lines) for s in piece.statements),
-                 tuple(map(diagnostic, piece.lexed)), tuple(map(diagnostic, piece.parsed)),
-                 tuple(map(token, piece.tokens)),
+    statements = tuple(n.moved(s, lines) for s in piece.statements)
+    return Piece(statements, tuple(map(diagnostic, piece.lexed)),
+                 tuple(map(diagnostic, piece.parsed)), tuple(map(token, piece.tokens)),
                  tuple(n.moved_span(c, lines) for c in piece.comments),
                  n.moved_span(piece.start, lines), n.moved_span(piece.end, lines), None,
-                 token(piece.tail) if piece.tail else None)
+                 n.declaring(statements), token(piece.tail) if piece.tail else None)
 
 
 def _piece(text: str, line: int, next_line: int | None, after: Token | None
@@ -1126,7 +1128,8 @@ def _piece(text: str, line: int, next_line: int | None, after: Token | None
         return None
     return Piece(tuple(statements), tuple(lexer.diagnostics), tuple(parser.diagnostics),
                  tuple(tokens[:-1]), tuple(lexer.comments), tokens[0].span, tokens[-1].span,
-                 n.deeper_than(MAX_TREE_DEPTH, tuple(statements), 2), _tail(tokens))
+                 n.deeper_than(MAX_TREE_DEPTH, tuple(statements), 2),
+                 n.declaring(tuple(statements)), _tail(tokens))
 
 
 def _tail(tokens: list[Token]) -> Token | None:
