@@ -3,8 +3,8 @@
 Builds a program of about ``--mb`` megabytes (default 1) of distinct agents, blocks, bindings,
 context and interpolations, then:
 
-1. in process: the work of one change (compile, analysis, diagnostics), best and median of
-   ``--runs`` changes;
+1. in process: the work of one change as the server does it (compile, reusing the parses of
+   the unchanged statements, and diagnostics), best and median of ``--runs`` changes;
 2. over stdio: a real client (pygls) edits the open file ``--runs`` times and times each
    change until its diagnostics arrive, less the server's debounce.
 
@@ -24,7 +24,8 @@ from pathlib import Path
 from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
-from openprose.lsp.document import Document
+from openprose.language.parser import Parses
+from openprose.lsp.document import Document, settle
 from openprose.lsp.server import DEBOUNCE
 
 UNIT = '''agent a{i}:
@@ -53,13 +54,21 @@ def program(megabytes: float) -> str:
     return "\n".join(parts)
 
 
-def in_process(text: str, runs: int) -> list[float]:
+def in_process(text: str, runs: int, middle: bool) -> list[float]:
+    """Each change adds a line at the end, or (``middle``) in the middle, which moves every
+    statement below it."""
+    parses = Parses()
+    Document("file:///bench.prose", None, text, 0, parses).diagnostics()  # the file opened
+    settle()
+    half = text.index("\nagent", len(text) // 2) + 1
     times = []
     for k in range(runs):
-        edited = text + f'\nsession "edit {k}"\n'
+        line = f'session "edit {k}"\n'
+        edited = text[:half] + line + text[half:] if middle else text + "\n" + line
         start = time.perf_counter()
-        Document("file:///bench.prose", None, edited, k).diagnostics()
+        Document("file:///bench.prose", None, edited, k + 1, parses).diagnostics()
         times.append(time.perf_counter() - start)
+        settle()  # as the server does once it has answered
     return times
 
 
@@ -114,7 +123,9 @@ def main() -> None:
     args = parser.parse_args()
     text = program(args.mb)
     print(f"program: {len(text) / 1024 / 1024:.2f} MB, {text.count(chr(10))} lines")
-    report("in process (compile + analysis + diagnostics)", in_process(text, args.runs))
+    report("in process, a line added at the end (compile + diagnostics)",
+           in_process(text, args.runs, False))
+    report("in process, a line added in the middle", in_process(text, args.runs, True))
     report("over stdio (change to diagnostics, debounce excluded)",
            asyncio.run(over_stdio(text, args.runs)))
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
-from openprose.language import compile
+import prose_fuzzgen as g
+
+from openprose.language import CompileResult, compile, nodes
+from openprose.language.parser import Parses
 
 BROKEN = 'let a = session "unterminated\nlet b = session "fine"\n'
 
@@ -36,3 +40,28 @@ def test_imports_are_checked_again_when_the_imported_file_changes(tmp_path: Path
     lib.write_text('input topic: "t"\ninput depth: "d"\noutput findings = session "x"\n',
                    encoding="utf-8")
     assert [d.code for d in compile(source, main).diagnostics] == ["E026"]
+
+
+def _exact(result: CompileResult) -> tuple[object, ...]:
+    """A compile result with every node's span (node equality leaves spans out)."""
+    program = result.program
+    tree = [(type(x).__name__, x.span, x) for x in nodes.walk(program)] if program else None
+    return tree, result.diagnostics, result.omitted
+
+
+def test_an_edited_text_compiles_as_a_whole_compile_would() -> None:
+    """An editor's successive versions of a text, compiled with the parses kept between
+    them (its unchanged statements not read again, or moved when lines were added above),
+    give exactly a fresh compile's result, spans included: corpus programs edited by the
+    fuzzer's mutations, one after another (strings and brackets left open, lines swapped,
+    indentation broken, ...)."""
+    rng = random.Random(33)
+    sources = g.corpus_sources()
+    for start in range(16):
+        parses = Parses()
+        text = sources[start % len(sources)]
+        for _ in range(5):
+            text = g.mutate(rng, text, 2) if rng.random() < 0.8 else text + "\n" + \
+                g.excerpt(rng, rng.choice(sources), 8)
+            for version in (text, "# lines added above\n\n" + text, text):
+                assert _exact(compile(version, parses=parses)) == _exact(compile(version))

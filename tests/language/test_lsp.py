@@ -21,6 +21,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
 from openprose.language import compile
+from openprose.language.canonical import format_program
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 SERVER = [sys.executable, "-c", "from openprose.cli import main; main()", "lsp"]
@@ -302,9 +303,6 @@ async def test_formatting_is_canonical_or_refused(client, corpus, tmp_path):
     assert compile(formatted).ok and compile(formatted).program == compile(plain).program
     await editor.change(uri, formatted)
     assert not await fmt()
-    await editor.change(uri, source)
-    with pytest.raises(JsonRpcException, match="drops comments"):
-        await fmt()
     await editor.change(uri, formatted + "session: ghost\n")
     with pytest.raises(JsonRpcException, match="1 error"):
         await fmt()
@@ -335,4 +333,51 @@ async def test_no_crash_on_fuzzed_texts(client, tmp_path):
             lsp.SemanticTokensParams(doc(uri)))
         await client.text_document_folding_range_async(lsp.FoldingRangeParams(doc(uri)))
     assert await editor.change(uri, 'session "still here"\n') == []
+    editor.close(uri)
+
+
+async def test_interpolations_and_discretion_are_highlighted(client, tmp_path):
+    """``{name}`` inside a string is a reference (coloured as what it names, the string cut
+    around it, over lines in a triple-quoted one); ``**…**`` is its own colour."""
+    editor = Editor(client)
+    text = ('let topic = session "Pick a topic"\nblock b(depth):\n'
+            '  session "Go {depth} deep on {topic.title}"\n'
+            'if **the {topic} is done**:\n  session """Line one\n  then {topic} again"""\n')
+    uri, found = await editor.open(tmp_path / "colours.prose", text)
+    assert found == []
+    tokens = await client.text_document_semantic_tokens_full_async(
+        lsp.SemanticTokensParams(doc(uri)))
+    decoded = decode(tokens.data, text)
+    assert decoded[decoded.index(('"Go ', "string")):][:5] == [
+        ('"Go ', "string"), ("{depth}", "parameter"), (" deep on ", "string"),
+        ("{topic.title}", "variable"), ('"', "string")]
+    assert ("**the {topic} is done**", "macro") in decoded
+    assert ("  then ", "string") in decoded and decoded.count(("{topic}", "variable")) == 1
+    editor.close(uri)
+
+
+async def test_formatting_keeps_comments_in_place(client, corpus, tmp_path):
+    """A commented file is formatted with every comment where it was; one whose place the
+    canonical form cannot keep (inside an object literal it writes on one line) is refused,
+    naming its line."""
+    editor = Editor(client)
+    source = (corpus / "14-composition-blocks.prose").read_text("utf-8")
+    messy = source.replace("\n  ", "\n    ").replace("session:", "session:   ")
+    messy = messy.replace('\n\n', '\n\n# a note\n', 1) + "# the end\n"
+    uri, _ = await editor.open(tmp_path / "fmt.prose", messy)
+    edits = await client.text_document_formatting_async(lsp.DocumentFormattingParams(
+        doc(uri), lsp.FormattingOptions(2, True)))
+    formatted = edits[0].new_text
+    assert compile(formatted).program == compile(source).program
+    comments = [line.strip() for line in messy.split("\n") if line.strip().startswith("#")]
+    assert [line.strip() for line in formatted.split("\n")
+            if line.strip().startswith("#")] == comments
+    assert formatted.endswith("# the end\n")
+    code = [line for line in formatted.split("\n") if not line.strip().startswith("#")]
+    assert "\n".join(code).rstrip() == format_program(compile(source).program).rstrip()
+    text = 'let x = {\n  a: 1,\n  # why b\n  b: 2\n}\nsession "{x}"\n'
+    await editor.change(uri, text)
+    with pytest.raises(JsonRpcException, match="comment on line 3"):
+        await client.text_document_formatting_async(lsp.DocumentFormattingParams(
+            doc(uri), lsp.FormattingOptions(2, True)))
     editor.close(uri)

@@ -9,15 +9,23 @@ import sys
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from openprose.language import nodes
 from openprose.language.diagnostics import CompileError, Diagnostic, Severity
+
+if TYPE_CHECKING:
+    from openprose.language.parser import Parses
 
 #: The deepest syntax tree ``compile`` accepts; every later stage handles this depth within
 #: Python's default recursion limit (tests/language/test_depth.py checks each at the limit).
 MAX_TREE_DEPTH = 256
 #: The most diagnostics reported for one file; the rest are counted (``omitted``).
 MAX_DIAGNOSTICS = 100
+#: What compile reads of a parse: tree, the parser's diagnostics, the first node nested too
+#: deeply, the nodes that bind names (see ``_parsed``)
+Parsed = tuple[nodes.Program | None, tuple[Diagnostic, ...], nodes.Node | None,
+               tuple[nodes.Node, ...] | None]
 #: Program texts whose parse is kept: starting a run compiles its program in several places
 #: (the server's outline, the engine, state.md), and parsing is most of compile's time.
 PARSED_KEPT = 8
@@ -54,27 +62,29 @@ class CompileResult:
         return self.program is not None and not self.errors
 
 
-def compile(source: str, path: str | None = None, *, root: Path | None = None
-            ) -> CompileResult:
+def compile(source: str, path: str | None = None, *, root: Path | None = None,
+            parses: Parses | None = None) -> CompileResult:
     """Parse and validate ``source``; never raises for bad input, reports diagnostics instead.
     The parse of a recent text is reused (the tree is immutable); validation always runs, as
     it reads the local files the program imports. ``root``: the project the program belongs
     to — a relative ``path`` is inside it, and local imports resolve from the program's own
     place there and may not leave it (E034); without one they resolve from the working
-    directory (the command line's files)."""
+    directory (the command line's files). ``parses``: the parses kept from earlier versions of
+    this text (an editor's), reused for its unchanged statements."""
     from openprose.language.validator import validate
 
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 6000))  # room for the parser's own nesting limit
     try:
-        program, parsed = _parsed(source)
+        program, parsed, deep, declaring = _parsed(source) if parses is None else \
+            parses.parse(source)
         diagnostics = [replace(d, file=path) for d in parsed]
         if program is not None:
-            too_deep = _too_deep(program, path)
-            if too_deep is not None:
+            if deep is not None:
+                too_deep = _too_deep(deep, path)
                 kept = _capped([*diagnostics, too_deep])
                 return CompileResult(None, kept, source, path, len(diagnostics) + 1 - len(kept))
-            diagnostics.extend(validate(program, path, root))
+            diagnostics.extend(validate(program, path, root, declaring))
     except RecursionError:  # a last line of defence; the parser bounds nesting itself
         span = nodes.Span(1, 1, 1, 1)
         message = "program is nested too deeply to process"
@@ -102,13 +112,17 @@ def syntax_tree(source: str) -> nodes.Program | None:
 
 
 @lru_cache(maxsize=PARSED_KEPT)
-def _parsed(source: str) -> tuple[nodes.Program | None, tuple[Diagnostic, ...]]:
-    """The syntax tree of ``source`` and the parser's diagnostics (for no file: the caller
-    names its own)."""
+def _parsed(source: str) -> Parsed:
+    """The syntax tree of ``source``, the parser's diagnostics (for no file: the caller
+    names its own), the first node nested too deeply (see :func:`_too_deep`) and the nodes
+    that bind names (:func:`nodes.declaring`)."""
     from openprose.language.parser import parse
 
     program, diagnostics = parse(source, None)
-    return program, tuple(diagnostics)
+    if program is None:
+        return None, tuple(diagnostics), None, None
+    return (program, tuple(diagnostics), nodes.deeper_than(MAX_TREE_DEPTH, program.body, 2),
+            nodes.declaring(program.body))
 
 
 def _capped(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
@@ -120,21 +134,15 @@ def _capped(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     return sorted(diagnostics, key=lambda d: (d.span.line, d.span.column, d.code))
 
 
-def _too_deep(program: nodes.Program, path: str | None) -> Diagnostic | None:
-    """An error if the syntax tree is deeper than :data:`MAX_TREE_DEPTH` (a long ``a + b +
-    ...`` chain or ``.a.b...`` member chain nests one level per term), so that every later
-    pass (validation, canonical form, planning, the interpreter) stays within Python's
-    recursion limit. Measured without recursion."""
-    stack: list[tuple[nodes.Node, int]] = [(program, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_TREE_DEPTH:
-            message = (f"this expression or block is nested more than {MAX_TREE_DEPTH} levels "
-                       "deep (a chain of operators or '.' members counts one level per term); "
-                       "split it with intermediate 'let' bindings or blocks")
-            return Diagnostic("E005", message, node.span, Severity.ERROR, path)
-        stack.extend((child, depth + 1) for child in node.children())
-    return None
+def _too_deep(node: nodes.Node, path: str | None) -> Diagnostic:
+    """The error for ``node``, nested deeper than :data:`MAX_TREE_DEPTH` (a long ``a + b +
+    ...`` chain or ``.a.b...`` member chain nests one level per term): refused so that every
+    later pass (validation, canonical form, planning, the interpreter) stays within Python's
+    recursion limit."""
+    message = (f"this expression or block is nested more than {MAX_TREE_DEPTH} levels "
+               "deep (a chain of operators or '.' members counts one level per term); "
+               "split it with intermediate 'let' bindings or blocks")
+    return Diagnostic("E005", message, node.span, Severity.ERROR, path)
 
 
 def compile_or_raise(source: str, path: str | None = None) -> nodes.Program:

@@ -304,7 +304,7 @@ class _Names:
             self.node(node, sid)
             if isinstance(node, n.Property) and node.name in _WORD_VALUED:
                 continue  # ``model: sonnet`` names a setting, not a binding
-            stack.extend((child, sid) for child in reversed(list(node.children())))
+            stack.extend((child, sid) for child in reversed(node.children()))
         return sorted(self.out, key=lambda s: (s.span.line, s.span.column))
 
     def find(self, node: n.Node, pattern: str, name: str, start: n.Span | None = None

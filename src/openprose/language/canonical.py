@@ -2,17 +2,22 @@
 
 Two-space indentation, one statement per line, strings re-escaped, parallel modifiers in a
 fixed order with defaults omitted, pipeline stages and arrow steps after multi-line sessions
-on continuation lines. Comments are not part of the AST and are dropped. Parsing the output
-gives an equal AST, and formatting it again changes nothing.
+on continuation lines. Parsing the output gives an equal AST, and formatting it again changes
+nothing. Comments are not part of the AST: :func:`format_source` puts them back, each next
+to the code it was next to.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
+from difflib import SequenceMatcher
 
+from openprose.errors import OpenProseError
+from openprose.language import compile
 from openprose.language import nodes as n
 from openprose.language.analysis import NodeVisitor
-from openprose.language.lexer import INTERPOLATION_RE
+from openprose.language.lexer import INTERPOLATION_RE, Lexer, T, Token
 
 INDENT = "  "
 PRECEDENCE = {"or": 1, "and": 2, "not": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
@@ -33,6 +38,117 @@ def format_program(program: n.Program) -> str:
         lines.extend(_Printer().statement(stmt, 0))
         previous = stmt
     return "\n".join(lines) + "\n" if lines else ""
+
+
+class NotFormatted(OpenProseError):
+    """The canonical form of a text would lose a comment's place (the message names it)."""
+
+
+#: tokens that carry meaning (layout tokens are the printer's to choose)
+_LAYOUT = (T.NEWLINE, T.INDENT, T.DEDENT, T.EOF)
+
+
+def format_source(source: str, program: n.Program) -> str:
+    """The canonical form of ``source`` (which compiles to ``program``) with its comments
+    kept in place: a comment on a line of its own above the code that followed it (at that
+    code's indentation, or the block's before it when it was indented under that block), a
+    trailing comment after the code it followed. Raises :class:`NotFormatted`, naming the
+    line, for a comment whose place the canonical form does not keep (its code joined to
+    another line, or rewritten); the result always reads back as ``program`` with every
+    comment, and formats to itself."""
+    text = _with_comments(source, program)
+    if text == source:
+        return text
+    again = compile(text)
+    if again.program != program or _comments(source) != _comments(text) or \
+            _with_comments(text, again.program) != text:
+        raise NotFormatted("not formatted: the canonical form would move a comment away "
+                           "from its code")
+    return text
+
+
+def _comments(text: str) -> list[str]:
+    lexer = Lexer(text)
+    lexer.tokenize()
+    lines = lexer.src.split("\n")
+    return [lines[c.line - 1][c.column - 1:c.end_column - 1].rstrip() for c in lexer.comments]
+
+
+def _with_comments(source: str, program: n.Program) -> str:
+    text = format_program(program)
+    lexer = Lexer(source)
+    before = [t for t in lexer.tokenize() if t.kind not in _LAYOUT]
+    if not lexer.comments:
+        return text
+    after = [t for t in Lexer(text).tokenize() if t.kind not in _LAYOUT]
+    matched = SequenceMatcher(None, [_key(t) for t in before], [_key(t) for t in after],
+                              autojunk=False)
+    to: dict[int, int] = {a + k: b + k for a, b, size in matched.get_matching_blocks()
+                          for k in range(size)}
+    lines = text.split("\n")[:-1] if text else []
+    starts = [(t.span.line, t.span.column) for t in before]
+    source_lines = lexer.src.split("\n")
+    above: dict[int, list[str]] = {}  # output line → comment lines written above it
+    below: dict[int, list[str]] = {}  # output line → comment lines written below it
+    trailing: dict[int, str] = {}
+    last: list[str] = []
+    for comment in lexer.comments:
+        line = source_lines[comment.line - 1]
+        body = line[comment.column - 1:comment.end_column - 1].rstrip()
+        k = bisect_left(starts, (comment.line, comment.column))
+        if line[:comment.column - 1].strip():  # after code on its line
+            o = to.get(k - 1)
+            if o is None or (o + 1 < len(after) and
+                             after[o + 1].span.line <= after[o].span.end_line):
+                raise _misplaced(comment)
+            end = after[o].span.end_line - 1
+            if end in trailing:
+                raise _misplaced(comment)
+            trailing[end] = body
+        elif k == len(before):
+            last.append(body)
+        elif comment.column > before[k].span.column and k > 0 and to.get(k - 1) is not None:
+            # indented under the block before the code that follows: at the indentation of
+            # the last line there that starts as far left as the comment
+            o = to[k - 1]
+            j = next((j for j in range(k - 1, -1, -1) if before[j].span.column <= comment.column
+                      and (j == 0 or before[j - 1].span.end_line < before[j].span.line)), k - 1)
+            level = to.get(j, o)
+            below.setdefault(after[o].span.end_line - 1, []).append(
+                _indent(lines[after[level].span.line - 1]) + body)
+        else:
+            o = to.get(k)
+            if o is None or (o > 0 and after[o - 1].span.end_line >= after[o].span.line):
+                raise _misplaced(comment)
+            at = after[o].span.line - 1
+            above.setdefault(at, []).append(_indent(lines[at]) + body)
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        out.extend(above.get(i, ()))
+        out.append(f"{line}  {trailing[i]}" if i in trailing else line)
+        out.extend(below.get(i, ()))
+    if last:
+        out.extend(["", *last] if out else last)
+    return "\n".join(out) + "\n"
+
+
+def _key(token: Token) -> object:
+    """What a token means, as the printer keeps it (a string re-escaped is the same)."""
+    if token.kind is T.STRING:
+        return T.STRING, token.parts, token.triple
+    if token.kind is T.NUMBER:
+        return T.NUMBER, float(token.value)
+    return token.kind, token.value
+
+
+def _indent(line: str) -> str:
+    return line[:len(line) - len(line.lstrip())]
+
+
+def _misplaced(comment: n.Span) -> NotFormatted:
+    return NotFormatted(f"not formatted: the canonical form does not keep the place of the "
+                        f"comment on line {comment.line} (its code is joined to another line "
+                        "or rewritten)")
 
 
 def _inline_discretion(text: str) -> str:

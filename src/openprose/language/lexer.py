@@ -83,13 +83,13 @@ TAB_SIZE = 8
 
 
 class Lexer:
-    def __init__(self, source: str, path: str | None = None) -> None:
+    def __init__(self, source: str, path: str | None = None, first_line: int = 1) -> None:
         self.src = source.replace("\r\n", "\n").replace("\r", "\n")
         if self.src.startswith("\ufeff"):
             self.src = self.src[1:]
         self.path = path
         self.pos = 0
-        self.line = 1
+        self.line = first_line  # > 1: ``source`` is the part of a text from that line on
         self.col = 1
         self.tokens: list[Token] = []
         self.diagnostics: list[Diagnostic] = []
@@ -98,7 +98,10 @@ class Lexer:
         #: meaning of a line depends on how wide a tab is (tabs mixed with spaces).
         self.narrow = [0]
         self.brackets: list[tuple[str, Span]] = []
-        self.comments: list[Span] = []  # for editors: highlighting, and formatting's refusal
+        self.comments: list[Span] = []  # for editors: highlighting and formatting
+        #: a construct (string, discretion, bracket, indentation) reached the end of the text
+        #: unclosed: the text that follows would be read as part of it
+        self.unfinished = False
 
     # ------------------------------------------------------------------ helpers
     def error(self, code: str, message: str, span: Span) -> None:
@@ -175,6 +178,7 @@ class Lexer:
         return self.tokens
 
     def finish(self) -> None:
+        self.unfinished |= bool(self.brackets)
         for opener, span in self.brackets:
             self.error("E005", f"'{opener}' is never closed", span)
         end = Span(self.line, self.col, self.line, self.col)
@@ -220,6 +224,7 @@ class Lexer:
             self.error("E005", "this line's indentation mixes tabs and spaces with the lines "
                        f"before it: a tab counts as {TAB_SIZE} columns, so the line is not "
                        "nested as it looks; indent with spaces only", line_span)
+            self.unfinished = True
             self.advance(len(self.src) - self.pos)  # the rest would be read at the wrong depth
             return False
         if width > self.indents[-1]:
@@ -268,6 +273,7 @@ class Lexer:
             if end < 0:
                 self.error("E005", "unterminated '***' discretion block (add a closing '***')",
                            Span(line, col, line, col + 3))
+                self.unfinished = True
                 self.advance(len(self.src) - self.pos)
                 self.emit(T.DISCRETION, "", self.span_from(line, col), multiline=True)
                 return
@@ -285,6 +291,7 @@ class Lexer:
         if end < 0:
             self.error("E005", "unterminated '**' condition (close it with '**' on the same line)",
                        Span(line, col, line, col + 2))
+            self.unfinished = True  # text after this one may hold its close
             text = self.src[self.pos:newline]
             self.advance(newline - self.pos)
         else:
@@ -371,6 +378,7 @@ class Lexer:
             parts.append("".join(buf))
         span = self.span_from(line, col)
         if not terminated:
+            self.unfinished |= triple
             what = 'triple-quoted string (close it with """)' if triple else \
                 'string (close it with " on the same line, or use """ for text over several lines)'
             self.error("E001", f"unterminated {what}",

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
 # How deep calls of a block nest when it names no ``max_depth`` (the one definition: the
 # engine, the state contract and the guided outline all read it through BlockDef.depth_limit).
 DEFAULT_MAX_DEPTH = 100
+NodeT = TypeVar("NodeT", bound="Node")
 
 @dataclass(frozen=True, slots=True)
 class Span:
@@ -33,25 +35,34 @@ class Span:
 class Node:
     span: Span = field(compare=False, repr=False, kw_only=True)
 
-    def children(self) -> Iterator[Node]:
+    def children(self) -> list[Node]:
         """Direct child nodes, in source order."""
         names = _CHILD_FIELDS.get(type(self))
         if names is None:
-            names = tuple(f.name for f in fields(self) if f.name not in ("span", "name_span"))
+            names = tuple(f.name for f in fields(self) if f.type not in _PLAIN)
             _CHILD_FIELDS[type(self)] = names
+        out: list[Node] = []
         for name in names:
-            yield from _nodes_in(getattr(self, name))
+            value = getattr(self, name)
+            if isinstance(value, Node):
+                out.append(value)
+            elif type(value) is tuple:
+                _nodes_in(value, out)
+        return out
 
 
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+#: the declared types of fields that never hold a node (looked past by ``children``)
+_PLAIN = frozenset({"Span", "bool", "int | None", "int | float", "str", "str | None",
+                    "tuple[str, ...]"})
 
 
-def _nodes_in(value: object) -> Iterator[Node]:
-    if isinstance(value, Node):
-        yield value
-    elif isinstance(value, tuple):
-        for item in value:
-            yield from _nodes_in(item)
+def _nodes_in(items: tuple[object, ...], out: list[Node]) -> None:
+    for item in items:
+        if isinstance(item, Node):
+            out.append(item)
+        elif type(item) is tuple:
+            _nodes_in(item, out)
 
 
 # --------------------------------------------------------------------------- expressions
@@ -467,10 +478,61 @@ Stmt = (
 )
 
 
+def moved(node: NodeT, lines: int) -> NodeT:
+    """``node`` with every span ``lines`` lines further down: the parse of a statement an
+    edit above it moved (see parser.Parses); only for trees within the depth limit."""
+    cls = type(node)
+    names = _ALL_FIELDS.get(cls)
+    if names is None:
+        names = _ALL_FIELDS[cls] = tuple(f.name for f in fields(node))  # type: ignore[arg-type]
+    copy = object.__new__(cls)
+    for name in names:
+        object.__setattr__(copy, name, _moved(getattr(node, name), lines))
+    return copy
+
+
+def moved_span(span: Span, lines: int) -> Span:
+    return Span(span.line + lines, span.column, span.end_line + lines, span.end_column)
+
+
+_ALL_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _moved(value: object, lines: int) -> object:
+    if isinstance(value, Node):
+        return moved(value, lines)
+    if isinstance(value, Span):
+        return moved_span(value, lines)
+    if type(value) is tuple:
+        return tuple(_moved(item, lines) for item in value)
+    return value
+
+
+def declaring(roots: tuple[Node, ...]) -> tuple[Node, ...]:
+    """The nodes under ``roots`` that bind a name (``let``/``const``, ``output``, ``input``,
+    a named parallel branch), in source order: what the validator's first pass reads."""
+    return tuple(x for root in roots for x in walk(root)
+                 if isinstance(x, Let | Output | Input | Branch))
+
+
+def deeper_than(limit: int, roots: tuple[Node, ...], depth: int) -> Node | None:
+    """The first node nested more than ``limit`` levels deep under ``roots`` (themselves at
+    ``depth``), searched depth first from the last root back. Without recursion, as the tree
+    may be that deep."""
+    stack = [(root, depth) for root in roots]
+    while stack:
+        node, level = stack.pop()
+        if level > limit:
+            return node
+        level += 1
+        stack.extend([(child, level) for child in node.children()])
+    return None
+
+
 def walk(node: Node) -> Iterator[Node]:
     """Every node under ``node`` (inclusive), depth first, in source order."""
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(reversed(list(current.children())))
+        stack.extend(reversed(current.children()))

@@ -7,10 +7,14 @@ block indented under it) and goes on, so independent problems are all reported i
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NoReturn, TypeVar
 
 from openprose.errors import OpenProseError
+from openprose.language import MAX_TREE_DEPTH, Parsed
 from openprose.language import nodes as n
 from openprose.language.diagnostics import Diagnostic, Severity
 from openprose.language.lexer import NOT_IMPLEMENTED, Lexer, T, Token
@@ -45,9 +49,11 @@ class ParseError(OpenProseError):
 
 
 class Parser:
-    def __init__(self, tokens: list[Token], path: str | None = None, source: str = "") -> None:
+    def __init__(self, tokens: list[Token], path: str | None = None, source: str = "",
+                 first_line: int = 1) -> None:
         self.tokens = tokens
         self.lines = source.split("\n")  # for the text of an input's default (W020)
+        self.first_line = first_line  # the line ``source`` starts on
         self.pos = 0
         self.path = path
         self.diagnostics: list[Diagnostic] = []
@@ -359,7 +365,7 @@ class Parser:
     def source_text(self, span: n.Span) -> str:
         """The source of ``span`` on one line (line breaks and their indentation made one
         space)."""
-        lines = self.lines[span.line - 1:span.end_line]
+        lines = self.lines[span.line - self.first_line:span.end_line - self.first_line + 1]
         lines[-1] = lines[-1][:span.end_column - 1]
         lines[0] = lines[0][span.column - 1:]
         return " ".join(line.strip() for line in lines)
@@ -1005,3 +1011,128 @@ def parse(source: str, path: str | None = None) -> tuple[n.Program | None, list[
     parser = Parser(tokens, path, lexer.src)
     program = parser.parse_program()
     return program, diagnostics + parser.diagnostics
+
+
+#: where a top-level statement may start: a name at the margin that continues nothing above
+TOP_LEVEL = re.compile(r"^(?!(?:elif|else|catch|finally|option)\b)[A-Za-z_]", re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """The parse of a run of top-level statements, read on its own from its first line."""
+
+    statements: tuple[n.Node, ...]
+    lexed: tuple[Diagnostic, ...]  # the lexer's diagnostics
+    parsed: tuple[Diagnostic, ...]  # the parser's
+    tokens: tuple[Token, ...]  # up to its end of text (left out)
+    comments: tuple[n.Span, ...]
+    start: n.Span  # of its first token
+    end: n.Span  # of its end of text
+    deep: n.Node | None  # its first node nested too deeply (see nodes.deeper_than)
+    declaring: tuple[n.Node, ...]  # its nodes that bind names (see nodes.declaring)
+    #: its last token when a triple-quoted string: a failure right after it, in the next
+    #: piece, is reported as a nested triple quote (see Parser.nested_triple)
+    tail: Token | None
+
+
+class Parses:
+    """Parses successive versions of one text (an editor's buffer), keeping the parse of each
+    run of top-level statements for the next version: a change re-reads only the statements
+    whose text it changed (those it moved up or down get their kept parse moved). A piece is read on its own only where that reads it
+    as the whole text would (nothing left open at its end, nothing reported past it), so
+    :meth:`parse` always equals :func:`parse` of the whole text."""
+
+    def __init__(self) -> None:
+        #: by text, whether the text's end, and the span of the last piece's tail: the line
+        #: it was read from and its parse (None: it cannot be read on its own)
+        self.kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
+
+    def parse(self, source: str) -> Parsed:
+        """What ``compile`` reads of a text: its tree, the parser's diagnostics, its first
+        node nested too deeply (the last piece's that has one: the search runs from the last
+        statement back), and its nodes that bind names."""
+        pieces = self.pieces(source)
+        program = n.Program(tuple(s for p in pieces for s in p.statements),
+                            span=pieces[0].start.to(pieces[-1].end))
+        diagnostics = (*(d for p in pieces for d in p.lexed),
+                       *(d for p in pieces for d in p.parsed))
+        return (program, diagnostics, next((p.deep for p in reversed(pieces) if p.deep), None),
+                tuple(x for p in pieces for x in p.declaring))
+
+    def lexed(self, source: str) -> tuple[list[Token], list[n.Span]]:
+        """The tokens and comments of the text (its end of text left out)."""
+        pieces = self.pieces(source)
+        return [t for p in pieces for t in p.tokens], [c for p in pieces for c in p.comments]
+
+    def pieces(self, source: str) -> list[Piece]:
+        text = source.replace("\r\n", "\n").replace("\r", "\n")
+        starts = [0, *(m.start() for m in TOP_LEVEL.finditer(text) if m.start()), len(text)]
+        lines = [1]
+        for before, after in itertools.pairwise(starts[:-1]):
+            lines.append(lines[-1] + text.count("\n", before, after))
+        kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
+        out: list[Piece] = []
+        i, last = 0, len(starts) - 1
+        while i < last:
+            step = 1
+            tail = out[-1].tail if out else None
+            while True:  # widen a piece that cannot be read alone: 1, 2, 4, ... statements
+                j = min(i + step, last)
+                key = (text[starts[i]:starts[j]], j == last, tail and tail.span)
+                line, piece = kept.get(key) or self.kept.get(key) or (0, None)
+                if line != lines[i] and piece is not None and tail is None and \
+                        piece.deep is None:
+                    piece = _moved(piece, lines[i] - line)  # the same text, moved by an edit
+                elif line != lines[i]:
+                    piece = _piece(key[0], lines[i], lines[j] if j < last else None, tail)
+                kept[key] = lines[i], piece
+                if piece is not None:
+                    break
+                step *= 2
+            out.append(piece)
+            i = j
+        self.kept = kept
+        return out
+
+
+def _moved(piece: Piece, lines: int) -> Piece:
+    def token(t: Token) -> Token:
+        return Token(t.kind, t.value, n.moved_span(t.span, lines),
+                     tuple(p if isinstance(p, str) else n.moved(p, lines) for p in t.parts),
+                     t.triple, t.multiline)
+
+    def diagnostic(d: Diagnostic) -> Diagnostic:
+        return Diagnostic(d.code, d.message, n.moved_span(d.span, lines), d.severity, d.file)
+
+    statements = tuple(n.moved(s, lines) for s in piece.statements)
+    return Piece(statements, tuple(map(diagnostic, piece.lexed)),
+                 tuple(map(diagnostic, piece.parsed)), tuple(map(token, piece.tokens)),
+                 tuple(n.moved_span(c, lines) for c in piece.comments),
+                 n.moved_span(piece.start, lines), n.moved_span(piece.end, lines), None,
+                 n.declaring(statements), token(piece.tail) if piece.tail else None)
+
+
+def _piece(text: str, line: int, next_line: int | None, after: Token | None
+           ) -> Piece | None:
+    """``text`` from ``line`` parsed on its own (``after``: the tail of the piece before);
+    None when the text after it (from ``next_line``) could change how it reads."""
+    lexer = Lexer(text, None, line)
+    tokens = lexer.tokenize()
+    parser = Parser([after, *tokens] if after else tokens, None, lexer.src, line)
+    parser.pos = 1 if after else 0
+    statements = parser.statements(until=T.EOF)
+    diagnostics = (*lexer.diagnostics, *parser.diagnostics)
+    if next_line is not None and (
+            lexer.unfinished or parser.pending_dedents or parser.depth or parser.inline
+            or parser.single_line or any(d.span.line >= next_line for d in diagnostics)):
+        return None
+    return Piece(tuple(statements), tuple(lexer.diagnostics), tuple(parser.diagnostics),
+                 tuple(tokens[:-1]), tuple(lexer.comments), tokens[0].span, tokens[-1].span,
+                 n.deeper_than(MAX_TREE_DEPTH, tuple(statements), 2),
+                 n.declaring(tuple(statements)), _tail(tokens))
+
+
+def _tail(tokens: list[Token]) -> Token | None:
+    last = next((t for t in reversed(tokens) if t.kind not in (T.NEWLINE, T.INDENT, T.DEDENT,
+                                                                  T.EOF)), None)
+    return last if last is not None and last.kind is T.STRING and last.triple else None

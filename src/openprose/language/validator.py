@@ -83,8 +83,10 @@ class Validator(NodeVisitor):
     nothing to check. ``scope`` holds the names bound around the node (loop, pipeline, catch,
     block parameters); ``in_catch`` whether a bare ``throw`` may re-raise there."""
 
-    def __init__(self, program: n.Program, path: str | None, root: Path | None) -> None:
+    def __init__(self, program: n.Program, path: str | None, root: Path | None,
+                 declaring: tuple[n.Node, ...] | None = None) -> None:
         self.program = program
+        self.declaring = declaring  # nodes.declaring of the program, when known
         self.path = path
         self.root = root
         self.diagnostics: list[Diagnostic] = []
@@ -111,7 +113,8 @@ class Validator(NodeVisitor):
         definitions = _Definitions(self)
         for stmt in self.program.body:
             definitions.visit(stmt)
-        for node in n.walk(self.program):
+        found = self.declaring
+        for node in n.declaring(self.program.body) if found is None else found:
             if isinstance(node, n.Input):
                 if not node.name:
                     self.error("E020", "input needs a name: input NAME: \"description\"", node.span)
@@ -684,11 +687,12 @@ def _declarations(node: n.Node) -> Iterator[tuple[str, n.Node]]:
         yield node.name, node
 
 
-def validate(program: n.Program, path: str | None = None,
-             root: Path | None = None) -> list[Diagnostic]:
+def validate(program: n.Program, path: str | None = None, root: Path | None = None,
+             declaring: tuple[n.Node, ...] | None = None) -> list[Diagnostic]:
     """All static diagnostics for ``program`` (parse errors are reported by the parser);
-    ``root``: the project the program belongs to (see :func:`import_base`)."""
-    return Validator(program, path, root).run()
+    ``root``: the project the program belongs to (see :func:`import_base`); ``declaring``:
+    its nodes that bind names (:func:`nodes.declaring`), when kept with its parse."""
+    return Validator(program, path, root, declaring).run()
 
 
 def did_you_mean(name: str, known: Iterable[str], lead: str) -> str:

@@ -11,8 +11,8 @@ from lsprotocol import types as lsp
 from openprose.errors import OpenProseError
 from openprose.language import nodes as n
 from openprose.language.analysis import BINDING_KINDS, SESSION_KINDS, Analysis, Symbol
-from openprose.language.canonical import format_program
-from openprose.language.lexer import T
+from openprose.language.canonical import NotFormatted, format_source
+from openprose.language.lexer import T, Token
 from openprose.language.parser import STATEMENT_KEYWORDS
 from openprose.language.validator import (
     AGENT_PROPERTIES,
@@ -32,6 +32,7 @@ KEYWORDS = STATEMENT_KEYWORDS | {"as", "in", "and", "or", "not", "elif", "else",
                                  "assert"}
 TOKEN_TYPES = ["keyword", "variable", "parameter", "function", "class", "namespace",
                "property", "string", "number", "comment", "macro"]
+TOKEN_INDEX = {kind: i for i, kind in enumerate(TOKEN_TYPES)}
 TOKEN_MODIFIERS = ["declaration"]
 LEGEND = lsp.SemanticTokensLegend(TOKEN_TYPES, TOKEN_MODIFIERS)
 #: a symbol's kind → its semantic token type
@@ -280,16 +281,15 @@ def folding_ranges(doc: Document) -> list[lsp.FoldingRange]:
 # ---------------------------------------------------------------------- formatting
 
 def formatting(doc: Document) -> list[lsp.TextEdit]:
-    """The canonical form as one edit; refused (never a partial rewrite) when the text has
-    errors, or comments, which the canonical form does not keep."""
+    """The canonical form, comments kept in place, as one edit; refused (never a partial
+    rewrite) when the text has errors or a comment whose place the form would not keep."""
     if not doc.result.ok or doc.result.program is None:
         raise Refused(f"not formatted: the program has {len(doc.result.errors)} error(s); "
                       "fix them first")
-    comments = doc.lexed[1]
-    if comments:
-        raise Refused(f"not formatted: the canonical form drops comments, and this file has "
-                      f"{len(comments)} (the first on line {comments[0].line})")
-    text = format_program(doc.result.program)
+    try:
+        text = format_source(doc.source, doc.result.program)
+    except NotFormatted as refusal:
+        raise Refused(str(refusal)) from None
     if text == doc.source:
         return []
     end = lsp.Position(len(doc.lines), 0)
@@ -299,8 +299,9 @@ def formatting(doc: Document) -> list[lsp.TextEdit]:
 # ---------------------------------------------------------------------- highlighting
 
 def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
-    """Tokens for highlighting: names by what they name, keywords, properties, strings,
-    numbers, ``**discretion**`` and comments; a token over several lines is cut per line."""
+    """Tokens for highlighting: names by what they name, keywords, properties, strings (an
+    interpolation in one coloured as the name it reads), numbers, ``**discretion**`` and
+    comments; a token over several lines is cut per line."""
     tokens, comments = doc.lexed
     by_start = {(s.span.line, s.span.column): s for s in doc.analysis.symbols} \
         if doc.analysis else {}
@@ -314,19 +315,39 @@ def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
             if end > start:
                 found.append((line, start, end, kind, modifiers))
 
+    def named(symbol: Symbol) -> str:
+        """The token type of what ``symbol`` names (a read value: what defines it)."""
+        if symbol.kind == "binding" and not symbol.defines and doc.analysis is not None:
+            found = doc.analysis.definitions_of(symbol)
+            return SYMBOL_TOKEN[found[0].kind] if found else "variable"
+        return SYMBOL_TOKEN[symbol.kind]
+
+    def string(tok: Token) -> None:
+        """The string cut around its interpolations, each coloured as the name it reads."""
+        line, column = tok.span.line, tok.span.column
+        for part in tok.parts:
+            if isinstance(part, str):
+                continue
+            at = part.span
+            add(n.Span(line, column, at.line, at.column), "string")
+            symbol = by_start.get((at.line, at.column + 1))
+            add(at, named(symbol) if symbol else "variable")
+            line, column = at.end_line, at.end_column
+        add(n.Span(line, column, tok.span.end_line, tok.span.end_column), "string")
+
     for i, tok in enumerate(tokens):
         if tok.kind is T.NAME:
             symbol = by_start.get((tok.span.line, tok.span.column))
             following = tokens[i + 1] if i + 1 < len(tokens) else None
             if symbol is not None and symbol.name == tok.value:
-                add(tok.span, SYMBOL_TOKEN[symbol.kind], 1 if symbol.defines else 0)
+                add(tok.span, named(symbol), 1 if symbol.defines else 0)
             elif following is not None and following.is_op(":") and \
                     tok.value in AGENT_PROPERTIES:
                 add(tok.span, "property")
             elif tok.value in KEYWORDS:
                 add(tok.span, "keyword")
         elif tok.kind is T.STRING:
-            add(tok.span, "string")
+            string(tok)
         elif tok.kind is T.NUMBER:
             add(tok.span, "number")
         elif tok.kind is T.DISCRETION:
@@ -338,9 +359,12 @@ def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
     previous_line, previous_start = 1, 0
     for line, start, end, kind, modifiers in found:
         text = doc.lines[line - 1] if line <= len(doc.lines) else ""
-        column, length = utf16(text[:start - 1]), utf16(text[start - 1:end - 1])
+        if text.isascii():
+            column, length = start - 1, end - start
+        else:
+            column, length = utf16(text[:start - 1]), utf16(text[start - 1:end - 1])
         delta_line = line - previous_line
         data += [delta_line, column - (previous_start if delta_line == 0 else 0), length,
-                 TOKEN_TYPES.index(kind), modifiers]
+                 TOKEN_INDEX[kind], modifiers]
         previous_line, previous_start = line, column
     return lsp.SemanticTokens(data=data)

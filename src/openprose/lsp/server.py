@@ -15,8 +15,9 @@ from pygls.uris import to_fs_path
 
 from openprose import __version__
 from openprose.language.analysis import Analysis
+from openprose.language.parser import Parses
 from openprose.lsp import features
-from openprose.lsp.document import Document
+from openprose.lsp.document import Document, settle
 
 #: seconds of quiet after a change before the text is compiled again
 DEBOUNCE = 0.2
@@ -25,30 +26,40 @@ log = logging.getLogger(__name__)
 
 
 class ProseLanguageServer(LanguageServer):
-    """Keeps each open document's latest compile, and the last analysis that could be made
-    (completion goes on from it while a line is half typed)."""
+    """Keeps each open document's latest compile, the parses its next version reuses (edits
+    arrive as ranges, the default incremental sync), and the last version that could be
+    parsed (completion goes on from its analysis while a line is half typed)."""
 
     def __init__(self) -> None:
         super().__init__("openprose", __version__)
         self.documents: dict[str, Document] = {}
-        self.analyses: dict[str, Analysis] = {}
+        self.parsed: dict[str, Document] = {}
+        self.parses: dict[str, Parses] = {}
         self.pending: dict[str, asyncio.Task[None]] = {}
 
     def refresh(self, uri: str) -> Document:
         text = self.workspace.get_text_document(uri)
-        doc = Document(uri, to_fs_path(uri), text.source, text.version)
+        parses = self.parses.setdefault(uri, Parses())
+        doc = Document(uri, to_fs_path(uri), text.source, text.version, parses)
         self.documents[uri] = doc
-        if doc.analysis is not None:
-            self.analyses[uri] = doc.analysis
+        if doc.result.program is not None:
+            self.parsed[uri] = doc
         return doc
 
     def publish(self, uri: str) -> None:
-        doc = self.refresh(uri)
+        doc = self.document(uri)
         self.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
             uri, doc.diagnostics(), version=doc.version))
+        settle()
+
+    def last_analysis(self, doc: Document) -> Analysis | None:
+        """``doc``'s analysis, else that of the last version that could be parsed."""
+        last = self.parsed.get(doc.uri)
+        return doc.analysis or (last.analysis if last is not None else None)
 
     def later(self, uri: str) -> None:
-        """Compile and publish once the text has been still for :data:`DEBOUNCE`."""
+        """Compile and publish once the text has been still for :data:`DEBOUNCE`: of a
+        burst of changes only the last is compiled."""
         task = self.pending.pop(uri, None)
         if task is not None:
             task.cancel()
@@ -104,8 +115,8 @@ def did_close(ls: ProseLanguageServer, params: lsp.DidCloseTextDocumentParams) -
     task = ls.pending.pop(uri, None)
     if task is not None:
         task.cancel()
-    ls.documents.pop(uri, None)
-    ls.analyses.pop(uri, None)
+    for kept in (ls.documents, ls.parsed, ls.parses):
+        kept.pop(uri, None)
     ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri, []))
 
 
@@ -133,8 +144,8 @@ def references(ls: ProseLanguageServer, params: lsp.ReferenceParams) -> list[lsp
                 lsp.CompletionOptions(trigger_characters=[":", " ", "{", ","]))
 def completion(ls: ProseLanguageServer, params: lsp.CompletionParams) -> lsp.CompletionList:
     def answer(doc: Document) -> lsp.CompletionList:
-        analysis = doc.analysis or ls.analyses.get(doc.uri)
-        return lsp.CompletionList(False, features.completion(doc, analysis, params.position))
+        return lsp.CompletionList(False, features.completion(
+            doc, ls.last_analysis(doc), params.position))
     return _on(params, answer, lsp.CompletionList(False, []))
 
 
