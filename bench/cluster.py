@@ -43,23 +43,22 @@ def enqueue_all(root: Path, runs: int, sessions: int, latency: float) -> list[st
     from openprose.engine import runner
     from openprose.engine.permissions import Grants
     from openprose.language import compile as compile_program
-    from openprose.workers.queue import enqueue
+    from openprose.workers.queue import enqueue_all as enqueue
 
     source = program(sessions)
     (root / "p.prose").write_text(source)
     compiled = compile_program(source, "p.prose").program
     assert compiled is not None
     (root / "scripts").mkdir()
-    ids = []
+    jobs = []
     for i in range(runs):
         script = root / "scripts" / f"r{i}.yaml"
         script.write_text(f"latency: {latency}\ncall_log: r{i}.jsonl\ndefault_output: ok\n")
         job = runner.Job(source=source, file="p.prose", program=compiled, project_root=root,
                          backend="postgres")
         job.settings = {"provider": "scripted", "script": str(script), "max_concurrency": 16}
-        run_id, _ = enqueue(job, Grants())
-        ids.append(run_id)
-    return ids
+        jobs.append((job, Grants()))
+    return [run_id for run_id, _ in enqueue(jobs)]
 
 
 class Phase:
