@@ -7,7 +7,8 @@ Needs OPENPROSE_POSTGRES_URL (or OPENPROSE_TEST_POSTGRES_URL; ``eval "$(scripts/
 each phase uses a fresh schema, dropped afterwards.
 
 Throughput: the runs are queued first, then the workers start; runs per second from the
-first session's start to the last run's end (the scripted call logs' times).
+first session's start to the last run's end (the scripted call logs' times), and the most
+connections to the database seen meanwhile (sampled every 0.2 s).
 
 Chaos: while the runs go, a random worker is SIGKILLed every few seconds and a new one
 started. Then: every run completed; no session started again after its result was committed
@@ -100,6 +101,12 @@ class Phase:
         rows = self.query("SELECT count(*) FROM {p}run WHERE status = 'completed'")
         return int(rows[0][0])
 
+    def connections(self) -> int:
+        """The connections to the database now, the bench's own (this query's) left out."""
+        rows = self.query("SELECT count(*) - 1 FROM pg_stat_activity"
+                          " WHERE datname = current_database()")
+        return int(rows[0][0])
+
     def calls(self, i: int) -> list[dict]:
         log = self.root / "scripts" / f"r{i}.jsonl"
         if not log.exists():
@@ -147,7 +154,13 @@ def throughput(url: str, args: argparse.Namespace, workers: int) -> None:
         ids = enqueue_all(phase.root, args.runs, args.sessions, args.latency)
         for _ in range(workers):
             phase.start(args.concurrency)
-        wait_all(phase, ids, args.timeout)
+        most = 0
+
+        def count_connections() -> None:
+            nonlocal most
+            most = max(most, phase.connections())
+
+        wait_all(phase, ids, args.timeout, count_connections)
         calls = [c for i in range(len(ids)) for c in phase.calls(i)]
         first = min(c["at"] for c in calls if c["phase"] == "start")
         last = max(c["at"] for c in calls if c["phase"] == "committed")
@@ -157,7 +170,8 @@ def throughput(url: str, args: argparse.Namespace, workers: int) -> None:
         print(f"  {workers} worker(s) x {args.concurrency}: {len(ids)} runs in {took:.1f} s = "
               f"{len(ids) / took:.2f} runs/s ({len(ids) * args.sessions / took:.1f} "
               f"sessions/s; latency-bound ideal {workers * args.concurrency / bound:.2f} "
-              f"runs/s); workers' CPU, start-up included: {cpu / len(ids):.2f} s per run")
+              f"runs/s); workers' CPU, start-up included: {cpu / len(ids):.2f} s per run; "
+              f"at most {most} connections ({most / workers:.1f} per worker)")
     finally:
         phase.close()
 
