@@ -6,9 +6,10 @@ scripted latency, with 1, 2, 4 and 8 workers, then chaos with 4). Smaller:
 Needs OPENPROSE_POSTGRES_URL (or OPENPROSE_TEST_POSTGRES_URL; ``eval "$(scripts/pg-up)"``);
 each phase uses a fresh schema, dropped afterwards.
 
-Throughput: the runs are queued first, then the workers start; runs per second from the
-first session's start to the last run's end (the scripted call logs' times), and the most
-connections to the database seen meanwhile (sampled every 0.2 s).
+Throughput: the workers start, and once every one takes runs the runs are queued (their
+records first, then their jobs at once); runs per second from the first session's start to
+the last run's end (the scripted call logs' times), and the most connections to the
+database seen meanwhile (sampled every 0.2 s).
 
 Chaos: while the runs go, a random worker is SIGKILLed every few seconds and a new one
 started. Then: every run completed; no session started again after its result was committed
@@ -151,9 +152,13 @@ def wait_all(phase: Phase, ids: list[str], limit: float, tick: object = None) ->
 def throughput(url: str, args: argparse.Namespace, workers: int) -> None:
     phase = Phase(url, {})
     try:
+        procs = [phase.start(args.concurrency) for _ in range(workers)]
+        deadline = time.monotonic() + args.timeout
+        while not all(phase.ready(proc) for proc in procs):  # start-up is not throughput
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise SystemExit("the workers did not start")
+            time.sleep(0.2)
         ids = enqueue_all(phase.root, args.runs, args.sessions, args.latency)
-        for _ in range(workers):
-            phase.start(args.concurrency)
         most = 0
 
         def count_connections() -> None:
