@@ -6,8 +6,10 @@ scripted latency, with 1, 2, 4 and 8 workers, then chaos with 4). Smaller:
 Needs OPENPROSE_POSTGRES_URL (or OPENPROSE_TEST_POSTGRES_URL; ``eval "$(scripts/pg-up)"``);
 each phase uses a fresh schema, dropped afterwards.
 
-Throughput: the runs are queued first, then the workers start; runs per second from the
-first session's start to the last run's end (the scripted call logs' times).
+Throughput: the workers start, and once every one takes runs the runs are queued (their
+records first, then their jobs at once); runs per second from the first session's start to
+the last run's end (the scripted call logs' times), and the most connections to the
+database seen meanwhile (sampled every 0.2 s).
 
 Chaos: while the runs go, a random worker is SIGKILLed every few seconds and a new one
 started. Then: every run completed; no session started again after its result was committed
@@ -43,23 +45,22 @@ def enqueue_all(root: Path, runs: int, sessions: int, latency: float) -> list[st
     from openprose.engine import runner
     from openprose.engine.permissions import Grants
     from openprose.language import compile as compile_program
-    from openprose.workers.queue import enqueue
+    from openprose.workers.queue import enqueue_all as enqueue
 
     source = program(sessions)
     (root / "p.prose").write_text(source)
     compiled = compile_program(source, "p.prose").program
     assert compiled is not None
     (root / "scripts").mkdir()
-    ids = []
+    jobs = []
     for i in range(runs):
         script = root / "scripts" / f"r{i}.yaml"
         script.write_text(f"latency: {latency}\ncall_log: r{i}.jsonl\ndefault_output: ok\n")
         job = runner.Job(source=source, file="p.prose", program=compiled, project_root=root,
                          backend="postgres")
         job.settings = {"provider": "scripted", "script": str(script), "max_concurrency": 16}
-        run_id, _ = enqueue(job, Grants())
-        ids.append(run_id)
-    return ids
+        jobs.append((job, Grants()))
+    return [run_id for run_id, _ in enqueue(jobs)]
 
 
 class Phase:
@@ -99,6 +100,12 @@ class Phase:
 
     def done(self, ids: list[str]) -> int:
         rows = self.query("SELECT count(*) FROM {p}run WHERE status = 'completed'")
+        return int(rows[0][0])
+
+    def connections(self) -> int:
+        """The connections to the database now, the bench's own (this query's) left out."""
+        rows = self.query("SELECT count(*) - 1 FROM pg_stat_activity"
+                          " WHERE datname = current_database()")
         return int(rows[0][0])
 
     def calls(self, i: int) -> list[dict]:
@@ -145,10 +152,20 @@ def wait_all(phase: Phase, ids: list[str], limit: float, tick: object = None) ->
 def throughput(url: str, args: argparse.Namespace, workers: int) -> None:
     phase = Phase(url, {})
     try:
+        procs = [phase.start(args.concurrency) for _ in range(workers)]
+        deadline = time.monotonic() + args.timeout
+        while not all(phase.ready(proc) for proc in procs):  # start-up is not throughput
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise SystemExit("the workers did not start")
+            time.sleep(0.2)
         ids = enqueue_all(phase.root, args.runs, args.sessions, args.latency)
-        for _ in range(workers):
-            phase.start(args.concurrency)
-        wait_all(phase, ids, args.timeout)
+        most = 0
+
+        def count_connections() -> None:
+            nonlocal most
+            most = max(most, phase.connections())
+
+        wait_all(phase, ids, args.timeout, count_connections)
         calls = [c for i in range(len(ids)) for c in phase.calls(i)]
         first = min(c["at"] for c in calls if c["phase"] == "start")
         last = max(c["at"] for c in calls if c["phase"] == "committed")
@@ -158,7 +175,8 @@ def throughput(url: str, args: argparse.Namespace, workers: int) -> None:
         print(f"  {workers} worker(s) x {args.concurrency}: {len(ids)} runs in {took:.1f} s = "
               f"{len(ids) / took:.2f} runs/s ({len(ids) * args.sessions / took:.1f} "
               f"sessions/s; latency-bound ideal {workers * args.concurrency / bound:.2f} "
-              f"runs/s); workers' CPU, start-up included: {cpu / len(ids):.2f} s per run")
+              f"runs/s); workers' CPU, start-up included: {cpu / len(ids):.2f} s per run; "
+              f"at most {most} connections ({most / workers:.1f} per worker)")
     finally:
         phase.close()
 

@@ -88,6 +88,17 @@ def test_open_and_list_runs(stores, program):
         reopened.finish("exploded")
 
 
+def test_a_fresh_store_shares_the_backend_and_reads_runs_afresh(stores, program):
+    store = stores.open()
+    run_id = store.create_run(program, "one.prose").id
+    assert store.open_run(run_id).status == "running"
+    stores.open().open_run(run_id).finish("completed")  # another process drove it
+    fresh = store.fresh()
+    assert fresh.open_run(run_id).status == "completed"
+    fresh.close()
+    assert store.fresh().open_run(run_id).status == "completed"  # the backend is open
+
+
 def test_open_run_of_an_unknown_id_raises_run_not_found(stores):
     store = stores.open()
     with pytest.raises(RunNotFound):

@@ -139,6 +139,26 @@ def test_takeover_after_sigkill(root: Path, workers: list[subprocess.Popen]) -> 
     assert outputs(root, run_id) == {"a": "did A", "b": "did B", "o": "final"}
 
 
+def test_a_run_waiting_on_the_database_holds_up_no_other(root: Path,
+                                                         workers: list[subprocess.Popen]
+                                                         ) -> None:
+    """A worker drives each run on an event loop of its own: one run's state write waiting
+    on PostgreSQL (its run row, locked here) leaves the worker's other runs going."""
+    import psycopg
+
+    (root / "s.yaml").write_text(script(hold_b=False))
+    held, free = enqueue(root), enqueue(root)
+    schema = os.environ["OPENPROSE_POSTGRES_SCHEMA"]
+    with psycopg.connect(os.environ["OPENPROSE_POSTGRES_URL"]) as lock:  # one transaction
+        lock.execute(f'SELECT 1 FROM "{schema}".run WHERE id = %s FOR UPDATE', (held,))
+        proc = worker(root, workers, "w1", "--concurrency", "2")
+        wait_for(lambda: status(root, free) == "completed", "the other run completed", proc)
+        assert status(root, held) == "queued"  # its start still waits on the lock
+    wait_for(lambda: status(root, held) == "completed", "the held run completed", proc)
+    assert outputs(root, held) == outputs(root, free) == {"a": "did A", "b": "did B",
+                                                           "o": "final"}
+
+
 def test_sigterm_hands_runs_back(root: Path, workers: list[subprocess.Popen],
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     run_id = enqueue(root)

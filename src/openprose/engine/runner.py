@@ -62,6 +62,9 @@ class Job:
     settings: dict[str, Any] = field(default_factory=dict)
     #: How the run was last driven, as recorded (``resume_job`` reads it).
     recorded: dict[str, Any] = field(default_factory=dict)
+    #: The store to drive the run in, closed at the end (a worker's ``StateStore.fresh``,
+    #: sharing its connections); None: ``execute`` opens the project's on ``backend``.
+    store: state.StateStore | None = None
     #: Work tools for sessions and their permission policy (default: the project's, with
     #: the default permissions and nobody to ask).
     work: WorkSetup | None = None
@@ -143,12 +146,15 @@ def dry_run(program: n.Program, imports: dict[str, Imported] | None = None) -> P
 
 
 def resume_job(run_id: str, project_root: Path, backend: str | None,
-               program_file: str | None = None, **settings: Any) -> Job:
+               program_file: str | None = None, store: state.StateStore | None = None,
+               **settings: Any) -> Job:
     """Prepare a resume: the run's own program copy (or an edited file) and its inputs.
     The run's driver lock is taken first (a run another process drives is refused before
-    anything is read or repaired) and handed to the job, which :func:`execute` releases."""
+    anything is read or repaired) and handed to the job, which :func:`execute` releases.
+    ``store``: the store to read the run from, closed here (None: the project's)."""
     try:
-        store = state.open_store(project_root, backend or _find_backend(project_root, run_id))
+        store = store or state.open_store(project_root,
+                                          backend or _find_backend(project_root, run_id))
     except state.StateError as err:
         raise EngineError(f"cannot resume {run_id}: {err}") from err
     driver: state.DriverLock | None = None
@@ -260,7 +266,7 @@ async def execute(job: Job, provider: Provider, listener: Listener | None = None
         missing = input_rules.missing(job.program, job.inputs)
         if missing:
             raise MissingInput(*missing)
-    store = state.open_store(job.project_root, job.backend)
+    store = job.store or state.open_store(job.project_root, job.backend)
     try:
         resumed = job.run_id is not None
         if job.run_id is None:

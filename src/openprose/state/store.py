@@ -97,8 +97,9 @@ class StateStore:
     so the store is handed it rather than importing it."""
 
     def __init__(self, backend: Backend, project_root: Path, home: Path,
-                 render: Renderer) -> None:
+                 render: Renderer, *, owns_backend: bool = True) -> None:
         self.backend = backend
+        self.owns_backend = owns_backend
         self.render = render
         self.project_root = project_root
         self.home = home
@@ -286,8 +287,17 @@ class StateStore:
             self.remember_grant(run_id, grant)
         return grant
 
+    def fresh(self) -> StateStore:
+        """A store over this one's backend (its connection pool) with no run cached, whose
+        :meth:`close` leaves the backend open: a process driving many runs (a worker) opens
+        the backend once, and each run reads its state afresh, as another process may have
+        driven it meanwhile."""
+        return StateStore(self.backend, self.project_root, self.home, self.render,
+                          owns_backend=False)
+
     def close(self) -> None:
-        self.backend.close()
+        if self.owns_backend:
+            self.backend.close()
 
     def release(self, run_id: str) -> None:
         """Close the files and connections this store holds open for ``run_id`` (see

@@ -8,6 +8,7 @@ The job's ``queueing_lock`` is the run id, so a run is never queued twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -105,33 +106,53 @@ def enqueue(job: runner.Job, grants: Grants, queue: str = DEFAULT_QUEUE) -> tupl
     """Create ``job``'s run as queued, recording how it is to run (provider, script,
     concurrency, budget and ``grants``: a worker never gives more), and queue it.
     Returns (run id, job id)."""
-    root = job.project_root
+    return enqueue_all([(job, grants)], queue)[0]
+
+
+def enqueue_all(jobs: list[tuple[runner.Job, Grants]], queue: str = DEFAULT_QUEUE
+                ) -> list[tuple[str, int]]:
+    """:func:`enqueue` each of ``jobs`` (all of one project) through one store and one
+    queue connection."""
+    if not jobs:
+        return []
+    root = jobs[0][0].project_root
     url, schema = connection(root)
     store = state.open_store(root, "postgres")
+    runs = []
     try:
-        run = store.create_run(job.source, job.file, queued=True)
-        consent = {"bash": grants.bash, "network": grants.network,
-                   "unsandboxed": grants.unsandboxed}
-        run.record_result(runner.SETTINGS_KEY, status="settings",
-                          meta={**job.settings, "backend": store.kind, "consent": consent})
-        runner.record_given(run, job.inputs)
+        for job, grants in jobs:
+            run = store.create_run(job.source, job.file, queued=True)
+            consent = {"bash": grants.bash, "network": grants.network,
+                       "unsandboxed": grants.unsandboxed}
+            run.record_result(runner.SETTINGS_KEY, status="settings",
+                              meta={**job.settings, "backend": store.kind, "consent": consent})
+            runner.record_given(run, job.inputs)
+            runs.append(run.id)
     finally:
         store.close()
     install(url, schema)
+    job_ids: list[int] = []
     try:
-        job_id = asyncio.run(_defer(url, schema, run.id, queue))
+        asyncio.run(_defer(url, schema, runs, queue, job_ids))
     except Exception as err:
-        interrupt(root, run.id, f"could not be queued: {err}")
-        raise state.StateError(f"run {run.id} could not be queued: {err}") from None
-    return run.id, job_id
+        left = runs[len(job_ids):]
+        for run_id in left:
+            with contextlib.suppress(state.StateError):
+                interrupt(root, run_id, f"could not be queued: {err}")
+        raise state.StateError(f"run {left[0]}{' and others' if len(left) > 1 else ''} "
+                               f"could not be queued: {err}") from None
+    return list(zip(runs, job_ids, strict=True))
 
 
-async def _defer(url: str, schema: str, run_id: str, queue: str) -> int:
+async def _defer(url: str, schema: str, runs: list[str], queue: str, job_ids: list[int]
+                 ) -> None:
+    """Queue ``runs`` in turn, appending each one's job id to ``job_ids``."""
     app = make_app(url, schema, max_connections=1)
     async with app.open_async():
-        deferrer = app.configure_task(TASK, queue=queue_name(schema, queue),
-                                      queueing_lock=run_id)
-        return int(await deferrer.defer_async(run_id=run_id))
+        for run_id in runs:
+            deferrer = app.configure_task(TASK, queue=queue_name(schema, queue),
+                                          queueing_lock=run_id)
+            job_ids.append(int(await deferrer.defer_async(run_id=run_id)))
 
 
 def cancel(root: Path, run_id: str) -> str:

@@ -14,16 +14,18 @@ interrupts them and hands them back.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import logging
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from openprose import state
 from openprose.engine import runner
@@ -105,10 +107,12 @@ class Slots:
         self.conn: Any = None
         self.held: set[int] = set()
         self.turn = asyncio.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     async def open(self) -> None:
         import psycopg
 
+        self.loop = asyncio.get_running_loop()
         self.conn = await psycopg.AsyncConnection.connect(
             self.url, autocommit=True, application_name="openprose worker slots")
 
@@ -123,13 +127,35 @@ class Slots:
             yield
             return
         keys = [_key("slot", self.schema, provider, str(i)) for i in range(cap)]
-        async with self.turn:
-            key = await self._take(keys)
+        taking = asyncio.run_coroutine_threadsafe(self._take_turn(keys), self._home())
+        try:
+            key = await asyncio.wrap_future(taking)
+        except asyncio.CancelledError:  # a slot taken meanwhile is given back
+            taking.add_done_callback(self._give_back_taken)
+            raise
         try:
             yield
         finally:
-            self.held.discard(key)
-            await asyncio.shield(self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,)))
+            await asyncio.shield(asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(self._give_back(key), self._home())))
+
+    def _home(self) -> asyncio.AbstractEventLoop:
+        """The worker's loop, where the slots' connection lives: each run's sessions run on
+        the run's own loop (see :func:`_on_own_loop`) and take their slots through it."""
+        assert self.loop is not None, "Slots.open() first"
+        return self.loop
+
+    def _give_back_taken(self, taking: concurrent.futures.Future[int]) -> None:
+        if not taking.cancelled() and taking.exception() is None:
+            asyncio.run_coroutine_threadsafe(self._give_back(taking.result()), self._home())
+
+    async def _give_back(self, key: int) -> None:
+        self.held.discard(key)
+        await self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    async def _take_turn(self, keys: list[int]) -> int:
+        async with self.turn:
+            return await self._take(keys)
 
     async def _take(self, keys: list[int]) -> int:
         while True:
@@ -175,39 +201,94 @@ def _worker_env(root: Path) -> dict[str, str]:
     return {k: v for k, v in state.settings(root).items() if k not in grants}
 
 
-def task(root: Path, slots: Slots | None) -> Callable[..., Any]:
-    """The job's body: drive one run to its end (or to a pause, a budget, a failure)."""
+def task(root: Path, shared: state.StateStore, slots: Slots | None) -> Callable[..., Any]:
+    """The job's body: drive one run to its end (or to a pause, a budget, a failure) on
+    its own loop, in a store over the worker's ``shared`` one."""
     from procrastinate.job_context import AbortReason
 
     async def drive_run(context: Any, run_id: str) -> str:
         try:
-            job = await asyncio.to_thread(runner.resume_job, run_id, root, "postgres")
-        except EngineError as err:
-            cause = err.__cause__
-            if isinstance(cause, state.RunLocked):
-                raise cause from None  # its driver may be dying: again in a second
-            if isinstance(cause, state.RunNotFound):
-                return "gone"
-            _log.warning("run %s cannot be driven: %s", run_id, err)
-            return "refused"
-        try:
-            provider = _prepare(job, root, slots)
-        except (EngineError, state.StateError) as err:
-            _release(job)
-            q.interrupt(root, run_id, f"a worker could not drive it: {err}")
-            return "refused"
-        except BaseException:
-            _release(job)
-            raise
-        try:
-            outcome = await runner.execute(job, provider)
+            return await _on_own_loop(_drive(root, shared, slots, run_id), f"run {run_id}")
         except asyncio.CancelledError:
             if context.abort_reason() == AbortReason.SHUTDOWN:
                 raise HandedBack(f"run {run_id} handed back by a stopping worker") from None
             raise
-        return outcome.status
 
     return drive_run
+
+
+async def _drive(root: Path, shared: state.StateStore, slots: Slots | None,
+                 run_id: str) -> str:
+    try:
+        job = runner.resume_job(run_id, root, "postgres", store=shared.fresh())
+    except EngineError as err:
+        cause = err.__cause__
+        if isinstance(cause, state.RunLocked):
+            raise cause from None  # its driver may be dying: again in a second
+        if isinstance(cause, state.RunNotFound):
+            return "gone"
+        _log.warning("run %s cannot be driven: %s", run_id, err)
+        return "refused"
+    try:
+        provider = _prepare(job, root, slots)
+    except (EngineError, state.StateError) as err:
+        _release(job)
+        q.interrupt(root, run_id, f"a worker could not drive it: {err}")
+        return "refused"
+    except BaseException:
+        _release(job)
+        raise
+    job.store = shared.fresh()
+    return (await runner.execute(job, provider)).status
+
+
+T = TypeVar("T")
+
+
+async def _on_own_loop(body: Coroutine[Any, Any, T], name: str) -> T:
+    """Run ``body`` on an event loop of its own, on a thread of its own, as ``prose run``
+    drives a run: the engine makes state writes (a PostgreSQL round trip each) on its loop
+    whenever only one of the run's sessions is in flight, and on a loop shared by the
+    worker's runs each would hold up every other run and the worker's heartbeats.
+    Cancelling this cancels ``body`` on its loop and waits until it has stopped."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+    inner: concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, asyncio.Task[T]]] = \
+        concurrent.futures.Future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    async def run() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        inner.set_result((asyncio.get_running_loop(), task))  # type: ignore[arg-type]
+        return await body
+
+    def main() -> None:
+        try:
+            result = asyncio.run(run())
+        except BaseException as err:  # handed to the waiting task
+            if not inner.done():  # it failed before starting
+                inner.set_exception(err)
+            loop.call_soon_threadsafe(settle, None, err)
+        else:
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=main, name=name, daemon=True).start()
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):  # none: it ended by itself
+            run_loop, task = await asyncio.wrap_future(inner)
+            run_loop.call_soon_threadsafe(task.cancel)
+        while not done.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(done)
+        raise
 
 
 def _release(job: runner.Job) -> None:
@@ -309,13 +390,14 @@ async def serve(root: Path, concurrency: int, queue: str,
     slots = Slots(url, schema, config.caps) if config.caps else None
     from procrastinate import RetryStrategy
 
+    shared = await asyncio.to_thread(state.open_store, root, "postgres")
     app.task(name=q.TASK, pass_context=True,
              retry=RetryStrategy(wait=1, retry_exceptions=[state.RunLocked, HandedBack])
-             )(task(root.resolve(), slots))
+             )(task(root.resolve(), shared, slots))
     qualified = q.queue_name(schema, queue)
-    if slots is not None:
-        await slots.open()
     try:
+        if slots is not None:
+            await slots.open()
         async with app.open_async():
             sweeper = asyncio.create_task(_sweep(app, url, schema, qualified, config.heartbeat,
                                                  config.stalled_after))
@@ -338,3 +420,4 @@ async def serve(root: Path, concurrency: int, queue: str,
     finally:
         if slots is not None:
             await slots.close()
+        shared.close()
