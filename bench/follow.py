@@ -7,8 +7,9 @@ refused at that step, naming what the program expects there (tests/mcp_server/de
     python bench/follow.py [--programs 25-conditionals.prose ...] [--timeout 120]
 
 Prints one line per program (steps, deviations refused, seconds) and the programs skipped
-with the reason. tests/mcp_server/test_follow_corpus.py runs the same checks in the suite
-(all in one process); this sweep gives each program its own process, timeout and time.
+with the reason. tests/mcp_server/test_follow_corpus.py runs the same checks in the suite, all
+in one process, on the programs that between them have every construct the corpus has; this
+sweep walks every program, each in its own process, with its own timeout and time.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -122,3 +124,18 @@ def test_a_resume_without_a_usable_provider_names_resume(tmp_path, monkeypatch):
                       tmp_path)
     assert refused.exit_code == 2 and "prose resume: " in refused.output
     assert "prose run: " not in refused.output
+
+
+def test_a_local_run_loads_neither_httpx_nor_rich(tmp_path):
+    # every `prose run` and `prose resume` pays its imports at start: httpx comes only with
+    # a fetched import or skill, rich only with the live display on a terminal
+    (tmp_path / "p.prose").write_text('output o = session "hi"\n')
+    (tmp_path / "s.yaml").write_text("default_output: ok\n")
+    code = ("import sys\nfrom openprose.cli import main\ntry:\n    main()\nfinally:\n"
+            "    print('loaded', [m for m in ('httpx', 'rich') if m in sys.modules])")
+    for args in (["--json"], []):
+        done = subprocess.run([sys.executable, "-c", code, "run", "p.prose", "--provider",
+                               "scripted", "--script", "s.yaml", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == "loaded []"

@@ -517,7 +517,6 @@ def execute(job: Any, provider: Any, as_json: bool, project: str,
              grants: dict[str, bool] | None = None) -> None:
     from openprose.engine import runner
     from openprose.engine.errors import MissingInput
-    from openprose.engine.progress import ProgressLine
     from openprose.state import StateError
 
     def started(run_id: str) -> None:
@@ -542,7 +541,10 @@ def execute(job: Any, provider: Any, as_json: bool, project: str,
             stop.detach()
 
     live = not as_json and sys.stderr.isatty()
-    progress = ProgressLine(job.source) if live else None
+    progress = None
+    if live:  # the live display needs rich: a piped or --json run never loads it
+        from openprose.engine.progress import ProgressLine
+        progress = ProgressLine(job.source)
     job.ask = _asker(as_json, progress)
     from openprose.engine.skills import resolve_skills
     from openprose.engine.work_tools import default_setup

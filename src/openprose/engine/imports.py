@@ -21,9 +21,8 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlparse
-
-import httpx
 
 from openprose.engine.errors import ImportFailed
 from openprose.language import CompileResult
@@ -31,6 +30,9 @@ from openprose.language import compile as compile_program
 from openprose.language import nodes as n
 from openprose.language.files import ProgramFileError, read_program_file
 from openprose.paths import PathRefused, contained
+
+if TYPE_CHECKING:  # httpx is imported when a program is fetched: local runs never load it
+    import httpx
 
 REGISTRY = "https://p.prose.md"
 _SHORTHAND = re.compile(r"^@?([A-Za-z0-9_][A-Za-z0-9_.-]*)/([A-Za-z0-9_][A-Za-z0-9_.-]*)$")
@@ -125,6 +127,8 @@ class ImportLoader:
         """The program's text; a fetched one is cached when ``keep``."""
         if not location.is_url:
             return self._read_local(Path(location.where), spec or location.where)
+        import httpx
+
         try:
             client = self.client or httpx.Client(follow_redirects=True, timeout=30)
             response = client.get(location.where)

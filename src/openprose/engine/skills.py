@@ -22,7 +22,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-import httpx
 import yaml
 
 from openprose.engine.permissions import SKILL_CACHE, STATE_DIR
@@ -122,6 +121,8 @@ def _fetch(owner: str, repo: str, project: Path, env: dict[str, str]) -> Path:
         f"{owner}--{repo}--{hashlib.sha256(url.encode()).hexdigest()[:12]}"
     if cache.is_dir():
         return _top(cache)
+    import httpx  # only when an archive is downloaded: runs without skills never pay for it
+
     try:
         response = httpx.get(url, timeout=15, follow_redirects=True)
     except httpx.HTTPError as err:
