@@ -109,7 +109,7 @@ def enqueue(job: runner.Job, grants: Grants, queue: str = DEFAULT_QUEUE) -> tupl
     url, schema = connection(root)
     store = state.open_store(root, "postgres")
     try:
-        run = store.create_run(job.source, job.file, queued=True)
+        run = store.create_run(job.source, job.file or None, queued=True)  # "": inline
         consent = {"bash": grants.bash, "network": grants.network,
                    "unsandboxed": grants.unsandboxed}
         run.record_result(runner.SETTINGS_KEY, status="settings",
