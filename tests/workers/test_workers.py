@@ -268,7 +268,8 @@ async def test_run_program_on_a_server_for_workers_queues_the_run(
     from openprose.mcp_server.server import create_server
 
     (root / "s.yaml").write_text(script(hold_b=False))
-    monkeypatch.setenv("OPENPROSE_ALLOW_NETWORK", "1")  # the server's consent, recorded
+    monkeypatch.setenv("OPENPROSE_ALLOW_NETWORK", "1")  # the server's consent and budget,
+    monkeypatch.setenv("OPENPROSE_MAX_TOKENS", "100000")  # recorded with the run
     server = create_server(root, watch=False, backend="postgres", workers=True)
     async with Client(server, mode="legacy") as client:
         async def call(tool: str, **arguments: object) -> dict:
@@ -295,8 +296,9 @@ async def test_run_program_on_a_server_for_workers_queues_the_run(
         assert {o["name"] for o in done["outputs"]} == {"o"}
     assert started(root, "step A") == 1  # the cancelled run never started
     with open_store(root, "postgres") as store:
-        consent = run_settings(store.open_run(first["run_id"]))["consent"]
-    assert consent == {"bash": False, "network": True, "unsandboxed": False}
+        recorded = run_settings(store.open_run(first["run_id"]))
+    assert recorded["consent"] == {"bash": False, "network": True, "unsandboxed": False}
+    assert recorded["max_tokens"] == 100000
 
 
 def test_serve_for_workers_needs_postgres(tmp_path: Path) -> None:

@@ -32,7 +32,14 @@ from openprose.engine.briefs import host_model
 from openprose.engine.errors import ImportFailed
 from openprose.engine.events import Event
 from openprose.engine.permissions import Consent, Grants
-from openprose.engine.runner import Job, load_imports, make_provider, record_given, run_inputs
+from openprose.engine.runner import (
+    Job,
+    load_imports,
+    make_provider,
+    record_given,
+    run_inputs,
+    set_budget,
+)
 from openprose.language import nodes as n
 from openprose.language.analysis import Analysis, analyze
 from openprose.mcp_server.briefing import HOST_TOOLS, JUDGE, brief_reply, start_line
@@ -360,7 +367,7 @@ async def queue_run(source: str, path: str | None, program: n.Program, given: di
                     backend: str, provider: str, script: str | None, max_concurrency: int,
                     root: Path) -> str:
     """``run_program`` on a server set up for workers: queue the run as ``prose run
-    --detach`` does (the consent the settings give, nobody to ask); its id."""
+    --detach`` does (the consent and budget the settings give, nobody to ask); its id."""
     from openprose.workers.queue import enqueue
 
     if backend != "postgres":
@@ -380,6 +387,7 @@ async def queue_run(source: str, path: str | None, program: n.Program, given: di
                     "script": str(script_path(script, root)) if provider == "scripted"
                     else None}
     try:
+        set_budget(job)  # the settings' (OPENPROSE_MAX_TOKENS, OPENPROSE_MAX_COST)
         run_id, _ = await asyncio.to_thread(enqueue, job, Grants.from_settings(settings(root)))
     except (StateError, EngineError) as err:
         raise ToolError(f"run_program: {err}") from None
