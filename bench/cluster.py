@@ -13,6 +13,11 @@ Chaos: while the runs go, a random worker is SIGKILLed every few seconds and a n
 started. Then: every run completed; no session started again after its result was committed
 (each run's call log); every run has all its bindings; take-over time per run that a killed
 worker drove: from the kill to that run's next session start on another worker.
+
+Replicas (``--replica-runs N``): two ``prose serve --http`` on one database; a host walks
+each run through one of them, which is SIGKILLed while a session is live; the same client
+goes on at the other with its tokens (never take_over). Then: sessions lost or repeated,
+and the time from the kill to the next call the other replica accepted.
 """
 
 from __future__ import annotations
@@ -279,7 +284,7 @@ REPLICA_TOKEN = "bench-replica-token-0123456789"
 
 def replica(phase: Phase, n: int) -> tuple[subprocess.Popen, str]:
     """A `prose serve --http` of ``phase``'s project on a free port, and its URL once it
-    listens (it says so on stderr)."""
+    listens (it says so on stderr) and has answered a first call."""
     log = phase.root / f"replica{n}.err"
     with open(log, "w") as err:
         proc = subprocess.Popen([*CLI, "serve", "--project", str(phase.root), "--http", "0",
@@ -289,19 +294,33 @@ def replica(phase: Phase, n: int) -> tuple[subprocess.Popen, str]:
     while True:
         found = re.search(r"http://127\.0\.0\.1:\d+/mcp", log.read_text())
         if found:
+            asyncio.run(warm(found.group(0)))
             return proc, found.group(0)
         if proc.poll() is not None:
             raise SystemExit(f"prose serve --http ended: {log.read_text()}")
         time.sleep(0.05)
 
 
+async def warm(url: str) -> None:
+    """One call to a new replica (as one in service has had): it opens its store."""
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"authorization": f"Bearer {REPLICA_TOKEN}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http, \
+            Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+        await client.call_tool("list_runs", {})
+
+
 async def walk(first: tuple[subprocess.Popen, str], second: str, sessions: int,
-               kill_at: int) -> tuple[str, float, float, int]:
+               kill_at: int) -> tuple[str, float, float, int, list[float]]:
     """A host walks a run of ``sessions`` sessions through replica ``first``, which is
     SIGKILLed while session ``kill_at`` is live; the same client (its VM and session tokens)
     goes on at ``second``, never with take_over. Returns the run id, the seconds from the
-    kill to the first call accepted there and to its MCP session there, and the calls
-    refused before it."""
+    kill to the first call accepted there and to its MCP session there, the calls refused
+    before it, and how long each write_binding took at the first replica."""
     # run as a script, this folder leads sys.path, and its mcp.py would shadow the SDK
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
     import httpx2
@@ -326,9 +345,12 @@ async def walk(first: tuple[subprocess.Popen, str], second: str, sessions: int,
             Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
         run = await call(client, "start_run", program="p.prose", backend="postgres")
         vm = run["vm_token"]
+        writes = []
         for i in range(kill_at):
             spawned = await step(client, vm, i)
+            began = time.monotonic()
             await call(client, "write_binding", token=spawned["session_token"], value=f"v{i}")
+            writes.append(time.monotonic() - began)
         live = await step(client, vm, kill_at)
         proc.send_signal(signal.SIGKILL)
         killed = time.monotonic()
@@ -356,7 +378,7 @@ async def walk(first: tuple[subprocess.Popen, str], second: str, sessions: int,
                 await call(client, "write_binding", token=spawned["session_token"],
                            value=f"v{i}")
             await call(client, "complete_run", vm_token=vm)
-            return run["run_id"], took, opened, refused
+            return run["run_id"], took, opened, refused, writes
 
 
 def replicas(url: str, args: argparse.Namespace) -> None:
@@ -371,12 +393,13 @@ def replicas(url: str, args: argparse.Namespace) -> None:
     try:
         (phase.root / "p.prose").write_text(program(sessions))
         live = [replica(phase, 1), replica(phase, 2)]
-        took, opened, refused, lost, repeated, done = [], [], 0, 0, 0, 0
+        took, opened, writes, refused, lost, repeated, done = [], [], [], 0, 0, 0, 0
         for n in range(args.replica_runs):
-            run_id, seconds, session, turned_away = asyncio.run(
+            run_id, seconds, session, turned_away, written = asyncio.run(
                 walk(live[0], live[1][1], sessions, rng.randrange(sessions)))
             took.append(seconds)
             opened.append(session)
+            writes += written
             refused += turned_away
             with open_store(phase.root, "postgres", home=phase.root) as store:
                 run = store.open_run(run_id)
@@ -396,6 +419,9 @@ def replicas(url: str, args: argparse.Namespace) -> None:
                             ("its next call accepted there", took)):
             print(f"  kill to {what}: median {statistics.median(times):.2f} s, max "
                   f"{max(times):.2f} s")
+        if writes:
+            print(f"  (a write_binding before the kill: median "
+                  f"{statistics.median(writes):.2f} s, max {max(writes):.2f} s)")
     finally:
         phase.close()
 
