@@ -15,14 +15,22 @@ Chaos: while the runs go, a random worker is SIGKILLed every few seconds and a n
 started. Then: every run completed; no session started again after its result was committed
 (each run's call log); every run has all its bindings; take-over time per run that a killed
 worker drove: from the kill to that run's next session start on another worker.
+
+Replicas (``--replica-runs N``): two ``prose serve --http`` on one database; a host walks
+each run through one of them, which is SIGKILLed while a session is live; the same client
+goes on at the other with its tokens (never take_over). Then: sessions lost or repeated,
+and the time from the kill to the next call the other replica accepted.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import logging
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -269,6 +277,8 @@ def main() -> None:
     parser.add_argument("--stalled-after", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--replica-runs", type=int, default=5,
+                        help="host-walked runs whose replica is killed; 0: no replica phase")
     args = parser.parse_args()
     url = os.environ.get("OPENPROSE_POSTGRES_URL") or os.environ.get(
         "OPENPROSE_TEST_POSTGRES_URL")
@@ -280,6 +290,158 @@ def main() -> None:
     if args.chaos_runs:
         print(f"chaos: {args.chaos_runs} runs x {args.sessions} sessions")
         chaos(url, args)
+    if args.replica_runs:
+        print("replicas: two `prose serve --http` on one database, one killed per run")
+        replicas(url, args)
+
+
+# --------------------------------------------------------------------- replicas
+
+REPLICA_TOKEN = "bench-replica-token-0123456789"
+
+
+def replica(phase: Phase, n: int) -> tuple[subprocess.Popen, str]:
+    """A `prose serve --http` of ``phase``'s project on a free port, and its URL once it
+    listens (it says so on stderr) and has answered a first call."""
+    log = phase.root / f"replica{n}.err"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([*CLI, "serve", "--project", str(phase.root), "--http", "0",
+                                 "--state", "postgres"], cwd=phase.root, env=phase.env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    phase.workers.append(proc)
+    while True:
+        found = re.search(r"http://127\.0\.0\.1:\d+/mcp", log.read_text())
+        if found:
+            asyncio.run(warm(found.group(0)))
+            return proc, found.group(0)
+        if proc.poll() is not None:
+            raise SystemExit(f"prose serve --http ended: {log.read_text()}")
+        time.sleep(0.05)
+
+
+async def warm(url: str) -> None:
+    """One call to a new replica (as one in service has had): it opens its store."""
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"authorization": f"Bearer {REPLICA_TOKEN}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http, \
+            Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+        await client.call_tool("list_runs", {})
+
+
+async def walk(first: tuple[subprocess.Popen, str], second: str, sessions: int,
+               kill_at: int) -> tuple[str, float, float, int, list[float]]:
+    """A host walks a run of ``sessions`` sessions through replica ``first``, which is
+    SIGKILLed while session ``kill_at`` is live; the same client (its VM and session tokens)
+    goes on at ``second``, never with take_over. Returns the run id, the seconds from the
+    kill to the first call accepted there and to its MCP session there, the calls refused
+    before it, and how long each write_binding took at the first replica."""
+    # run as a script, this folder leads sys.path, and its mcp.py would shadow the SDK
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    logging.getLogger("mcp").setLevel(logging.ERROR)  # closing the dead replica's session
+
+    async def call(client: Client, tool: str, **arguments: object) -> dict:
+        result = await client.call_tool(tool, arguments)
+        if result.is_error:
+            raise RuntimeError(f"{tool}: {result.content[0].text}")
+        return dict(result.structured_content or {})
+
+    async def step(client: Client, vm: str, i: int) -> dict:
+        prompt = "final" if i == sessions - 1 else f"step {i}"
+        return await call(client, "spawn_session", vm_token=vm, statement=str(i), prompt=prompt)
+
+    proc, url = first
+    headers = {"authorization": f"Bearer {REPLICA_TOKEN}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http, \
+            Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+        run = await call(client, "start_run", program="p.prose", backend="postgres")
+        vm = run["vm_token"]
+        writes = []
+        for i in range(kill_at):
+            spawned = await step(client, vm, i)
+            began = time.monotonic()
+            await call(client, "write_binding", token=spawned["session_token"], value=f"v{i}")
+            writes.append(time.monotonic() - began)
+        live = await step(client, vm, kill_at)
+        proc.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        proc.wait()
+    refused = 0
+    while True:  # the load balancer now sends this client to the other replica
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as http, \
+                Client(streamable_http_client(second, http_client=http),
+                       mode="legacy") as client:
+            opened = time.monotonic() - killed
+            try:
+                await call(client, "write_binding", token=live["session_token"],
+                           value=f"v{kill_at}")
+            except RuntimeError as err:
+                refused += 1
+                if refused == 1:
+                    print(f"    refused at the other replica: {err}")
+                if time.monotonic() - killed > 120:
+                    raise SystemExit("the other replica never took the run") from None
+                await asyncio.sleep(0.05)
+                continue
+            took = time.monotonic() - killed
+            for i in range(kill_at + 1, sessions):
+                spawned = await step(client, vm, i)
+                await call(client, "write_binding", token=spawned["session_token"],
+                           value=f"v{i}")
+            await call(client, "complete_run", vm_token=vm)
+            return run["run_id"], took, opened, refused, writes
+
+
+def replicas(url: str, args: argparse.Namespace) -> None:
+    """Two replicas on one database; per run, the one a host walks it through is killed
+    mid-run and a new one started in its place."""
+    from openprose.state import open_store
+
+    phase = Phase(url, {"OPENPROSE_MCP_TOKEN": REPLICA_TOKEN})
+    phase.env["HOME"] = str(phase.root)
+    rng = random.Random(args.seed)
+    sessions = max(args.sessions, 2)
+    try:
+        (phase.root / "p.prose").write_text(program(sessions))
+        live = [replica(phase, 1), replica(phase, 2)]
+        took, opened, writes, refused, lost, repeated, done = [], [], [], 0, 0, 0, 0
+        for n in range(args.replica_runs):
+            run_id, seconds, session, turned_away, written = asyncio.run(
+                walk(live[0], live[1][1], sessions, rng.randrange(sessions)))
+            took.append(seconds)
+            opened.append(session)
+            writes += written
+            refused += turned_away
+            with open_store(phase.root, "postgres", home=phase.root) as store:
+                run = store.open_run(run_id)
+                done += run.status == "completed"
+                bound = {b.name for b in run.bindings()}
+                lost += sessions - len(bound)
+                spawned = [e.key for e in run.journal_entries() if e.kind == "intent"
+                           and e.key.startswith("mcp:") and "#" in e.key]
+                repeated += len(spawned) - len(set(spawned))
+            live = [live[1], replica(phase, n + 3)]
+        print(f"  {args.replica_runs} runs x {sessions} sessions walked by a host, the "
+              f"replica it used SIGKILLed mid-session each time")
+        print(f"  completed {done}/{args.replica_runs}; sessions lost: {lost}; sessions "
+              f"repeated: {repeated}; calls refused at the other replica: {refused} "
+              f"(no take_over given)")
+        for what, times in (("the client's MCP session opened at the other replica", opened),
+                            ("its next call accepted there", took)):
+            print(f"  kill to {what}: median {statistics.median(times):.2f} s, max "
+                  f"{max(times):.2f} s")
+        if writes:
+            print(f"  (a write_binding before the kill: median "
+                  f"{statistics.median(writes):.2f} s, max {max(writes):.2f} s)")
+    finally:
+        phase.close()
 
 
 if __name__ == "__main__":

@@ -276,3 +276,53 @@ def test_a_database_made_before_queued_runs_takes_them(tmp_path: Path, pg_url: s
     with open_store(tmp_path, "postgres", postgres_url=pg_url, schema=pg_schema) as store:
         run = store.create_run(PROGRAM, "p.prose", queued=True)
         assert run.status == "queued"
+
+
+@pytest.mark.anyio
+async def test_run_program_on_a_server_for_workers_queues_the_run(
+        root: Path, workers: list[subprocess.Popen], monkeypatch: pytest.MonkeyPatch) -> None:
+    import anyio
+    from mcp import Client
+
+    from openprose.engine.runner import run_settings
+    from openprose.mcp_server.server import create_server
+
+    (root / "s.yaml").write_text(script(hold_b=False))
+    monkeypatch.setenv("OPENPROSE_ALLOW_NETWORK", "1")  # the server's consent and budget,
+    monkeypatch.setenv("OPENPROSE_MAX_TOKENS", "100000")  # recorded with the run
+    server = create_server(root, watch=False, backend="postgres", workers=True)
+    async with Client(server, mode="legacy") as client:
+        async def call(tool: str, **arguments: object) -> dict:
+            result = await client.call_tool(tool, arguments)
+            assert not result.is_error, result.content[0].text
+            return dict(result.structured_content or {})
+
+        program = {"program": "p.prose", "provider": "scripted", "script": "s.yaml"}
+        first = await call("run_program", **program)
+        assert (first["status"], status(root, first["run_id"])) == ("queued", "queued")
+        assert (await call("get_run", run_id=first["run_id"]))["status"] == "queued"
+        second = await call("run_program", **program)
+        cancelled = await call("cancel_run", run_id=second["run_id"])
+        assert cancelled["status"] == status(root, second["run_id"]) == "interrupted"
+        refused = await client.call_tool("run_program", {**program, "state": "sqlite"})
+        assert refused.is_error and "queues runs for workers" in refused.content[0].text
+        assert calls(root) == []  # nothing ran in the server
+        proc = worker(root, workers, "w1")
+        await anyio.to_thread.run_sync(
+            wait_for, lambda: status(root, first["run_id"]) == "completed",
+            "the run completed", proc)
+        done = await call("get_run", run_id=first["run_id"])
+        assert done["status"] == "completed" and done["tokens"] > 0  # read afresh
+        assert {o["name"] for o in done["outputs"]} == {"o"}
+    assert started(root, "step A") == 1  # the cancelled run never started
+    with open_store(root, "postgres") as store:
+        recorded = run_settings(store.open_run(first["run_id"]))
+    assert recorded["consent"] == {"bash": False, "network": True, "unsandboxed": False}
+    assert recorded["max_tokens"] == 100000
+
+
+def test_serve_for_workers_needs_postgres(tmp_path: Path) -> None:
+    done = cli(tmp_path, "serve", "--workers")
+    assert done.exit_code == 2
+    assert "--workers (OPENPROSE_WORKERS) queues run_program's runs in PostgreSQL" in \
+        done.output

@@ -321,25 +321,14 @@ def _how(job: Any, provider: str, script: str | None, max_concurrency: int) -> N
 
 def _budget(job: Any, max_tokens: int | None, max_cost: float | None, root: Path,
             command: str) -> None:
-    """The run's budget: flags, else (resume) what the run recorded, else the settings;
-    recorded with the run so a resume keeps it unless raised."""
-    from openprose.engine.interpreter import RunBudget
-    from openprose.state import settings
-    from openprose.state.config import MAX_COST_SETTING, MAX_TOKENS_SETTING
+    """The run's budget: flags, else (resume) what the run recorded, else the settings."""
+    from openprose.engine.errors import EngineError
+    from openprose.engine.runner import set_budget
 
-    env = settings(root)
     try:
-        max_tokens = max_tokens or (int(env[MAX_TOKENS_SETTING])
-                                    if env.get(MAX_TOKENS_SETTING) else None)
-        max_cost = max_cost or (float(env[MAX_COST_SETTING])
-                                if env.get(MAX_COST_SETTING) else None)
-    except ValueError as err:
-        _refuse(command, f"{MAX_TOKENS_SETTING} / {MAX_COST_SETTING}: not a number ({err})")
-    if max_tokens is None and max_cost is None:
-        return
-    job.budget = RunBudget(max_tokens, max_cost)
-    job.settings.update({key: value for key, value in
-                         (("max_tokens", max_tokens), ("max_cost", max_cost)) if value})
+        set_budget(job, max_tokens, max_cost)
+    except EngineError as err:
+        _refuse(command, str(err))
 
 
 def resume_hint(run_id: str, project: str = ".") -> str:

@@ -26,7 +26,10 @@ if TYPE_CHECKING:
 @click.option("--state", "backend", type=click.Choice(BACKENDS), default="filesystem",
               show_default=True, help="State backend of the runs a host starts without naming "
                                       "one (start_run, run_program).")
-def serve_command(project: Path, http_port: int | None, backend: str) -> None:
+@click.option("--workers", is_flag=True,
+              help="run_program queues its runs for `prose worker` processes and answers "
+                   "with the run id at once (needs --state postgres; OPENPROSE_WORKERS=1).")
+def serve_command(project: Path, http_port: int | None, backend: str, workers: bool) -> None:
     """Serve OpenProse to MCP hosts (Claude Desktop, Claude Code, …).
 
     By default the server speaks MCP over stdin/stdout, as hosts start it. With --http it
@@ -51,13 +54,14 @@ def serve_command(project: Path, http_port: int | None, backend: str) -> None:
     )
     from openprose.state.config import MCP_TOKEN_SETTING
 
+    workers = _workers(root, backend, workers)
     try:
         if http_port is None:
-            signum = anyio.run(serve_stdio, _server(root, backend))
+            signum = anyio.run(serve_stdio, _server(root, backend, workers))
         else:
             token = configured_token(root)
             sock = bind_loopback(http_port)
-            mcp = _server(root, backend)  # loaded before the address is announced
+            mcp = _server(root, backend, workers)  # loaded before the address is announced
             host, port = sock.getsockname()[:2]
             click.echo(f"prose serve: MCP over HTTP at http://{host}:{port}{MCP_PATH} "
                        f"(project {root})", err=True)
@@ -76,12 +80,31 @@ def serve_command(project: Path, http_port: int | None, backend: str) -> None:
         sys.exit(128 + signum)
 
 
-def _server(root: Path, backend: str) -> MCPServer:
+def _workers(root: Path, backend: str, flag: bool) -> bool:
+    """Whether run_program queues runs for workers (``--workers`` or the setting); refused
+    without PostgreSQL or the workers extra."""
+    from openprose.engine.permissions import truthy
+    from openprose.state import settings
+    from openprose.state.config import WORKERS_SETTING
+
+    if not (flag or truthy(settings(root).get(WORKERS_SETTING))):
+        return False
+    if backend != "postgres":
+        raise click.UsageError(f"--workers ({WORKERS_SETTING}) queues run_program's runs in "
+                               "PostgreSQL for `prose worker`: add --state postgres")
+    from openprose.cli.worker_cmd import check_queue
+    from openprose.workers.queue import DEFAULT_QUEUE
+
+    check_queue("serve", DEFAULT_QUEUE)  # the workers extra is installed
+    return True
+
+
+def _server(root: Path, backend: str, workers: bool) -> MCPServer:
     """The server for ``root``; the SDK is loaded only now, once the options proved good."""
     from openprose.mcp_server.server import create_server
     from openprose.mcp_server.transport import plain_logging
 
-    server = create_server(root, backend=backend)
+    server = create_server(root, backend=backend, workers=workers)
     plain_logging()  # after the SDK configured its own
     logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's per-session chatter
     return server

@@ -123,12 +123,13 @@ class Grants:
     @classmethod
     def from_settings(cls, env: Mapping[str, str], *, bash: bool = False,
                       network: bool = False, unsandboxed: bool = False) -> Grants:
-        return cls(bash or _true(env.get(ALLOW_BASH)),
-                   network or _true(env.get(ALLOW_NETWORK)),
-                   unsandboxed or _true(env.get(ALLOW_UNSANDBOXED)))
+        return cls(bash or truthy(env.get(ALLOW_BASH)),
+                   network or truthy(env.get(ALLOW_NETWORK)),
+                   unsandboxed or truthy(env.get(ALLOW_UNSANDBOXED)))
 
 
-def _true(value: str | None) -> bool:
+def truthy(value: str | None) -> bool:
+    """Whether a setting's value says yes (1, true, yes, on)."""
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 

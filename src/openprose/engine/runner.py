@@ -187,6 +187,29 @@ def resume_job(run_id: str, project_root: Path, backend: str | None,
                driver=driver, recorded=recorded, **settings)
 
 
+def set_budget(job: Job, max_tokens: int | None = None, max_cost: float | None = None
+               ) -> None:
+    """``job``'s budget: the limits given, else the settings' (a bad one raises
+    :class:`EngineError` naming it); recorded with the run so a resume or a worker keeps it
+    unless raised."""
+    from openprose.state.config import MAX_COST_SETTING, MAX_TOKENS_SETTING
+
+    env = state.settings(job.project_root)
+    try:
+        max_tokens = max_tokens or (int(env[MAX_TOKENS_SETTING])
+                                    if env.get(MAX_TOKENS_SETTING) else None)
+        max_cost = max_cost or (float(env[MAX_COST_SETTING])
+                                if env.get(MAX_COST_SETTING) else None)
+    except ValueError as err:
+        raise EngineError(f"{MAX_TOKENS_SETTING} / {MAX_COST_SETTING}: not a number "
+                          f"({err})") from None
+    if max_tokens is None and max_cost is None:
+        return
+    job.budget = RunBudget(max_tokens, max_cost)
+    job.settings.update({key: value for key, value in
+                         (("max_tokens", max_tokens), ("max_cost", max_cost)) if value})
+
+
 def run_settings(run: state.Run) -> dict[str, Any]:
     """How ``run`` was last driven (empty when it never said)."""
     entry = run.journal(SETTINGS_KEY)

@@ -67,6 +67,7 @@ class ServerContext:
     watcher: RunWatcher | None = None
     session_routes: list[SessionRoute] = field(default_factory=list)
     default_backend: str = "filesystem"  # prose serve --state
+    workers: bool = False  # prose serve --workers: run_program queues runs for workers
 
     def session_route(self, token: str) -> SessionRoute | None:
         """The route owning ``token`` when it is not a state-layer session token."""

@@ -172,15 +172,16 @@ class ProseServer(MCPServer):
 def create_server(project_root: str | Path, *, home: str | Path | None = None,
                   name: str = "openprose", watch: bool = True,
                   modes: dict[str, Mode] | None = None,
-                  backend: str = "filesystem") -> MCPServer:
+                  backend: str = "filesystem", workers: bool = False) -> MCPServer:
     """The server for the project at ``project_root`` (runs under ``.prose/``). ``watch``:
     notice outside writes to live filesystem runs; ``modes``: run modes besides ``host``;
-    ``backend``: the state backend of new runs whose call names none."""
+    ``backend``: the state backend of new runs whose call names none; ``workers``:
+    ``run_program`` queues runs for ``prose worker`` processes (``backend`` postgres)."""
     root = Path(project_root).resolve()
     updates = RunUpdates()
     catalog = RunCatalog(root, home=home)
     ctx = ServerContext(root, catalog, updates, RunRegistry(catalog), dict(modes or {}),
-                        default_backend=backend)
+                        default_backend=backend, workers=workers)
     engine = tools_engine.EngineModes(ctx)
     connections = 0
 

@@ -29,9 +29,17 @@ from pydantic import BaseModel, Field, create_model
 from openprose.engine import EngineError, Provider, ProviderUnavailable
 from openprose.engine import inputs as input_rules
 from openprose.engine.briefs import host_model
+from openprose.engine.errors import ImportFailed
 from openprose.engine.events import Event
-from openprose.engine.permissions import Consent
-from openprose.engine.runner import make_provider, record_given, run_inputs
+from openprose.engine.permissions import Consent, Grants
+from openprose.engine.runner import (
+    Job,
+    load_imports,
+    make_provider,
+    record_given,
+    run_inputs,
+    set_budget,
+)
 from openprose.language import nodes as n
 from openprose.language.analysis import Analysis, analyze
 from openprose.mcp_server.briefing import HOST_TOOLS, JUDGE, brief_reply, start_line
@@ -71,12 +79,13 @@ from openprose.mcp_server.results import (
     compile_errors,
     run_outputs,
 )
-from openprose.mcp_server.runs import DRIVER_KEY, GUIDED, DrivenRun
+from openprose.mcp_server.runs import DRIVER_KEY, ENGINE, GUIDED, DrivenRun
 from openprose.mcp_server.sampling import SamplingProvider
 from openprose.mcp_server.tools_runs import driver_of, drives, record_driver
 from openprose.paths import PathRefused, contained
 from openprose.state import StateError, settings
 from openprose.state.config import postgres_url
+from openprose.state.view import run_journal, usage_of
 
 DELEGATED = "delegated"
 #: Journal record of how a delegated run was started (provider, script, concurrency).
@@ -316,15 +325,9 @@ def build_provider(name: str, script: str | None, root: Path, client: Context | 
                    ) -> Provider:
     """A provider this server has, or a refusal saying what to configure instead."""
     if name == "scripted":
-        if not script:
-            raise ToolError("run_program: provider 'scripted' needs script (a YAML or JSON "
-                            "file in the project)")
-        project = root.resolve()
-        try:  # one the user placed in the project: nothing under .prose/, which tools write
-            path = contained(script, [project], base=project, what="script",
-                             excluded=[project / ".prose"], within="the project")
-            return make_provider("scripted", path, project)
-        except (PathRefused, ProviderUnavailable) as err:
+        try:
+            return make_provider("scripted", script_path(script, root), root.resolve())
+        except ProviderUnavailable as err:
             raise ToolError(f"run_program: {err}") from None
     if name == "sampling":
         if client is None or not can_sample(client):
@@ -344,6 +347,51 @@ def build_provider(name: str, script: str | None, root: Path, client: Context | 
             "server's environment or in .prose/.env, or use provider 'sampling' from a client "
             "that supports sampling, or start_run(mode=\"guided\") and answer the sessions "
             "yourself") from None
+
+
+def script_path(script: str | None, root: Path) -> Path:
+    """A scripted provider's script: one the user placed in the project (nothing under
+    .prose/, which tools write)."""
+    if not script:
+        raise ToolError("run_program: provider 'scripted' needs script (a YAML or JSON "
+                        "file in the project)")
+    project = root.resolve()
+    try:
+        return contained(script, [project], base=project, what="script",
+                         excluded=[project / ".prose"], within="the project")
+    except PathRefused as err:
+        raise ToolError(f"run_program: {err}") from None
+
+
+async def queue_run(source: str, path: str | None, program: n.Program, given: dict[str, str],
+                    backend: str, provider: str, script: str | None, max_concurrency: int,
+                    root: Path) -> str:
+    """``run_program`` on a server set up for workers: queue the run as ``prose run
+    --detach`` does (the consent and budget the settings give, nobody to ask); its id."""
+    from openprose.workers.queue import enqueue
+
+    if backend != "postgres":
+        raise ToolError(f"run_program: this server queues runs for workers: state "
+                        f"'{backend}' cannot be queued; use postgres")
+    if provider == "sampling":
+        raise ToolError("run_program: a worker cannot reach your model: provider "
+                        "'sampling' needs a server not set up for workers (prose serve "
+                        "without --workers)")
+    try:
+        imports = await asyncio.to_thread(load_imports, program, path, root)
+    except ImportFailed as err:
+        raise ToolError(f"run_program: {err}") from None
+    job = Job(source=source, file=path or "", program=program, project_root=root,
+              backend=backend, inputs=dict(given), imports=imports)
+    job.settings = {"provider": provider, "max_concurrency": max_concurrency,
+                    "script": str(script_path(script, root)) if provider == "scripted"
+                    else None}
+    try:
+        set_budget(job)  # the settings' (OPENPROSE_MAX_TOKENS, OPENPROSE_MAX_COST)
+        run_id, _ = await asyncio.to_thread(enqueue, job, Grants.from_settings(settings(root)))
+    except (StateError, EngineError) as err:
+        raise ToolError(f"run_program: {err}") from None
+    return run_id
 
 
 def can_sample(client: Context) -> bool:
@@ -544,6 +592,14 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
             return compact(result, report_text(result))
         if max_concurrency < 1:
             raise ToolError("run_program: max_concurrency is at least 1")
+        if ctx.workers:
+            queued = RunReport(
+                run_id=await queue_run(source, path, parsed, given, state,
+                                       provider or "anthropic", script, max_concurrency,
+                                       ctx.project_root),
+                mode=ENGINE, status="queued", backend=state, provider=provider or "anthropic",
+                hint="queued for prose worker: get_run(run_id) follows it, cancel_run stops it")
+            return compact(queued, report_text(queued))
         name = provider or ("sampling" if can_sample(context)
                             and not settings(ctx.project_root).get("ANTHROPIC_API_KEY")
                             else "anthropic")
@@ -610,6 +666,9 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
             return compact(result, report_text(result))
         driven = ctx.registry.get(run_id)
         totals = driven.run.usage_totals()
+        if driven.mode == ENGINE:  # driven elsewhere (a worker, prose run): read afresh
+            totals = await asyncio.to_thread(
+                lambda: usage_of(run_journal(driven.run.store, run_id)))
         status = driven.run.status
         result = RunReport(run_id=run_id, mode=driven.mode, status=status,
                            backend=driven.backend,

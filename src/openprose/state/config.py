@@ -39,6 +39,8 @@ def read_env_file(project_root: Path) -> dict[str, str]:
 
 #: The bearer token ``prose serve --http`` requires.
 MCP_TOKEN_SETTING = "OPENPROSE_MCP_TOKEN"
+#: ``prose serve``: ``run_program`` queues its runs for ``prose worker`` processes.
+WORKERS_SETTING = "OPENPROSE_WORKERS"
 #: The PostgreSQL server runs are kept in (with their inputs and outputs).
 POSTGRES_URL_SETTING = "OPENPROSE_POSTGRES_URL"
 #: Limits on what a run spends and its sessions do: a run's tokens and dollars, a session's
@@ -98,6 +100,9 @@ SETTINGS: tuple[Setting, ...] = (
             "program's permissions say `prompt`"),
     Setting("OPENPROSE_ALLOW_UNSANDBOXED_BASH", "1: run permitted commands unconfined where "
             "no OS sandbox exists"),
+    Setting(WORKERS_SETTING, "1: `prose serve` (as `--workers`) queues `run_program`'s runs "
+            "for `prose worker` processes and answers with the run id at once (needs "
+            "`--state postgres`)"),
     Setting("OPENPROSE_WORKER_HEARTBEAT", "seconds between a worker's heartbeats (default 2)"),
     Setting("OPENPROSE_WORKER_STALLED_AFTER", "seconds without a heartbeat after which a "
             "worker's runs are handed to another worker (default 10)"),

@@ -121,7 +121,7 @@ def enqueue_all(jobs: list[tuple[runner.Job, Grants]], queue: str = DEFAULT_QUEU
     runs = []
     try:
         for job, grants in jobs:
-            run = store.create_run(job.source, job.file, queued=True)
+            run = store.create_run(job.source, job.file or None, queued=True)  # "": inline
             consent = {"bash": grants.bash, "network": grants.network,
                        "unsandboxed": grants.unsandboxed}
             run.record_result(runner.SETTINGS_KEY, status="settings",
