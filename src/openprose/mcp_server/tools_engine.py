@@ -665,10 +665,11 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
             result = report(run)
             return compact(result, report_text(result))
         driven = ctx.registry.get(run_id)
-        totals = driven.run.usage_totals()
         if driven.mode == ENGINE:  # driven elsewhere (a worker, prose run): read afresh
             totals = await asyncio.to_thread(
                 lambda: usage_of(run_journal(driven.run.store, run_id)))
+        else:
+            totals = driven.run.usage_totals()
         status = driven.run.status
         result = RunReport(run_id=run_id, mode=driven.mode, status=status,
                            backend=driven.backend,
