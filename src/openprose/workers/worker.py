@@ -3,7 +3,8 @@ would on this machine.
 
 A claimed run is resumed from its journal (a run never started has an empty one): finished
 sessions are reused, the run's driver lock (a PostgreSQL session lock) makes this worker its
-only driver, and a run whose lock another process holds is tried again a second later.
+only driver, and a run whose lock another process holds is tried again a second later. Each
+run has a thread and an event loop of its own; a worker's runs share one store.
 procrastinate's heartbeats tell which workers are alive; one worker at a time (whoever holds
 the sweeper's advisory lock) hands the jobs of workers silent for
 ``OPENPROSE_WORKER_STALLED_AFTER`` seconds back to the queue, where another worker resumes
@@ -219,6 +220,7 @@ def task(root: Path, shared: state.StateStore, slots: Slots | None) -> Callable[
 
 async def _drive(root: Path, shared: state.StateStore, slots: Slots | None,
                  run_id: str) -> str:
+    """Resume ``run_id`` from its journal and drive it; how it ended."""
     try:
         job = runner.resume_job(run_id, root, "postgres", store=shared.fresh())
     except EngineError as err:
