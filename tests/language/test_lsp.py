@@ -381,3 +381,42 @@ async def test_formatting_keeps_comments_in_place(client, corpus, tmp_path):
         await client.text_document_formatting_async(lsp.DocumentFormattingParams(
             doc(uri), lsp.FormattingOptions(2, True)))
     editor.close(uri)
+
+
+async def test_ranged_edits_move_and_change_statements(client, corpus, tmp_path):
+    """Edits sent as ranges (the incremental sync the server asks for): lines added above
+    and below statements the server keeps parsed, one statement broken and fixed; each
+    version's diagnostics are a whole compile's, at the moved places."""
+    editor = Editor(client)
+    source = (corpus / "26-parameterized-blocks.prose").read_text("utf-8")
+    text = source + 'session: ghost\n'
+    uri, found = await editor.open(tmp_path / "ranged.prose", text)
+
+    async def edit(line: int, end_line: int, new: str) -> list[lsp.Diagnostic]:
+        nonlocal text
+        lines = text.split("\n")
+        text = "\n".join([*lines[:line], *new.split("\n"), *lines[end_line:]])
+        version = editor.versions[uri] = editor.versions[uri] + 1
+        waiting = editor.diagnostics(uri, version)
+        client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+            lsp.VersionedTextDocumentIdentifier(version, uri),
+            [lsp.TextDocumentContentChangePartial(
+                lsp.Range(lsp.Position(line, 0), lsp.Position(end_line, 0)), new + "\n")]))
+        return await waiting
+
+    def expected() -> list[tuple[str, lsp.Position]]:
+        return [(d.code, lsp.Position(d.span.line - 1, d.span.column - 1))
+                for d in compile(text).diagnostics]
+
+    def got(found: list[lsp.Diagnostic]) -> list[tuple[str, lsp.Position]]:
+        return [(d.code, d.range.start) for d in found]
+
+    assert got(found) == expected() and expected()
+    assert got(await edit(0, 0, "# two lines\n# added above")) == expected()
+    lines = text.split("\n")
+    middle = next(i for i in range(len(lines) // 2, len(lines)) if lines[i][:1].isalpha())
+    assert got(await edit(middle, middle, 'let broken = session "open')) == expected()
+    assert any(code == "E001" for code, _ in expected())
+    assert got(await edit(middle, middle + 1, 'let fixed = session "closed"')) == expected()
+    assert got(await edit(0, 2, "")) == expected()
+    editor.close(uri)
