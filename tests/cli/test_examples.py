@@ -51,7 +51,6 @@ def test_find_by_number_name_and_keyword() -> None:
         examples.find("session")
 
 
-@pytest.mark.parametrize("project", ["filesystem", "sqlite"], indirect=True)
 @pytest.mark.parametrize("example", examples.all_examples(), ids=lambda e: e.name)
 def test_each_example_runs_on_the_scripted_provider(project: Project, example) -> None:
     result = project.prose("examples", example.name, "--json", "--state", project.backend,
@@ -61,7 +60,7 @@ def test_each_example_runs_on_the_scripted_provider(project: Project, example) -
     assert outcome["status"] == "completed" and outcome["sessions"] > 0
 
 
-@pytest.mark.parametrize("project", ["filesystem"], indirect=True)
+@pytest.mark.parametrize("backend", ["filesystem"])  # listing touches no run state
 def test_listing_fits_80_columns_and_has_json(project: Project) -> None:
     listed = project.prose("examples")
     assert listed.exit_code == 0
@@ -72,7 +71,7 @@ def test_listing_fits_80_columns_and_has_json(project: Project) -> None:
     assert source == examples.find("hello").source
 
 
-@pytest.mark.parametrize("project", ["filesystem"], indirect=True)
+@pytest.mark.parametrize("backend", ["filesystem"])  # listing touches no run state
 def test_an_unknown_example_is_a_usage_error(project: Project) -> None:
     """Not found exits 2, as `prose resume` and `prose show` of an unknown run do."""
     for query in ("nothing-like-this", "session"):  # no match; several

@@ -50,7 +50,6 @@ def on_a_terminal(*args: str, cwd: Path, columns: int = 132) -> str:
     return b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
 
 
-@pytest.mark.parametrize("project", ["filesystem", "sqlite"], indirect=True)
 def test_colour_on_a_terminal_within_its_width(project: Project) -> None:
     run_id = run_id_of(project.run(FAILING))
     for args in (["runs"], ["show", run_id], ["doctor"], ["clean", "--keep", "0", "--dry-run"]):
@@ -80,7 +79,7 @@ LOOPS = (Path(__file__).resolve().parents[2] / "src" / "openprose" / "examples"
 LOOPS_SCRIPT = "default_output: ok\nconditions:\n  - match: ready\n    verdicts: [false, true]\n"
 
 
-@pytest.mark.parametrize("project", ["filesystem"], indirect=True)
+@pytest.mark.parametrize("backend", ["filesystem"])  # each backend's reads: test_colour_...
 def test_tables_use_the_terminal_width(project: Project) -> None:
     """On 140 columns nothing is cut; on 60, whole low-value columns go, while ids, line
     numbers and statuses stay whole and no line is wider than the terminal."""

@@ -7,11 +7,9 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 from tests.cli.conftest import Project, run_id_of
 
 PROGRAM = 'let research = session "Collect facts"\noutput summary = session "Summarize"\n'
-LOCAL = ["filesystem", "sqlite"]
 
 
 def legacy(root: Path, *names: str) -> None:
@@ -28,7 +26,6 @@ def fits(text: str) -> None:
     assert "\x1b[" not in text
 
 
-@pytest.mark.parametrize("project", LOCAL, indirect=True)
 def test_update_moves_legacy_runs_beside_current_ones_without_clobbering(
         project: Project) -> None:
     run_id = run_id_of(project.run(PROGRAM))
@@ -64,7 +61,6 @@ def test_update_moves_legacy_runs_beside_current_ones_without_clobbering(
     assert again.exit_code == 0 and again.stdout == "nothing to update: .prose/ is current\n"
 
 
-@pytest.mark.parametrize("project", LOCAL, indirect=True)
 def test_state_json_settings_move_to_env_and_no_value_is_printed(project: Project) -> None:
     project.run(PROGRAM)
     prose = project.root / ".prose"
