@@ -23,7 +23,7 @@ from openprose.state import BindingRef, StateError
 from openprose.state.models import AgentRef, Usage
 from openprose.state.program_map import program_map
 from openprose.state.render import active_constructs
-from openprose.state.view import ENDED, RunView, Step, load_view, usage_of
+from openprose.state.view import ENDED, RunView, Step, load_view, run_usage
 
 PAGE = 50  # rows per page: runs, sessions, bindings
 PREVIEW = 80  # characters of a binding's preview
@@ -186,7 +186,7 @@ class Cache:
             kept = self._usage.get(key)
         if kept is not None and kept[0] == mark:
             return kept[1]
-        usage = usage_of(store.read_journal(record.id))
+        usage = run_usage(store, record)  # the imported programs' sessions too
         if record.status in ENDED:
             with self._lock:
                 self._usage[key] = (mark, usage)
@@ -202,10 +202,12 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
     view = load_view(store, run_id, values=False)
     failed_line = view.failed_line
     lines = view.source.split("\n")
+    sessions = sorted((s for s in view.steps if s.kind == "session"),
+                      key=lambda s: (s.started_at or 0.0, s.key))
     return {
         "view": view,
-        "sessions": sorted((s for s in view.steps if s.kind == "session"),
-                           key=lambda s: (s.started_at or 0.0, s.key)),
+        "sessions": sessions,
+        "session_counts": session_counts(view, sessions),
         "took": seconds_text(_took(view)),
         "tokens": view.usage.input_tokens + view.usage.output_tokens,
         "lines": source_lines(view),
@@ -226,6 +228,15 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
         "agents": [_agent(store, run_id, agent, where) for agent, where in view.agents],
         "seconds": seconds_text,
     }
+
+
+def session_counts(view: RunView, sessions: list[Step]) -> list[tuple[int, str]]:
+    """The run's sessions as the header and the table both count them: those completed
+    (the count ``prose runs``, ``prose show`` and ``get_run`` give), then each other state."""
+    states = Counter(_bar_state(s.status) for s in sessions)
+    states.pop("done", None)
+    return [(view.usage.sessions, "completed"),
+            *((n, state) for state, n in sorted(states.items()))]
 
 
 def run_page(cache: Cache, store: Any, run_id: str, spage: int, bpage: int
@@ -249,20 +260,8 @@ def run_page(cache: Cache, store: Any, run_id: str, spage: int, bpage: int
                              "kind": info.kind, "size": size_text(len(value.encode())),
                              "preview": _preview(value)})
     return {**data, "sessions": shown, "spage": spage, "spages": spages,
-            "session_count": len(data["sessions"]), "tools": tools,
+            "tools": tools,
             "bindings": binding_rows, "bpage": bpage, "bpages": bpages}
-
-
-def warm(cache: Cache, stores: list[Any]) -> None:
-    """Read the newest page of runs ahead of the first visit (``prose ui`` calls this in a
-    thread of its own as it starts): their usage, and the views of the ended ones."""
-    for row in run_list(stores, "", "", 1, cache)["rows"]:
-        store = next(s for s in stores if s.kind == row.backend)
-        if row.status in ENDED:
-            try:
-                cache.summary(store, row.id)
-            except StateError:
-                continue
 
 
 def _budget(view: RunView) -> list[str]:

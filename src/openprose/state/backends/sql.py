@@ -433,6 +433,12 @@ class SqlBackend(Backend):
                     (run_id, status.line, _execution_status(status.status),
                      json.dumps(asdict(status))))
 
+    def write_digest(self, run_id: str, text: str) -> None:
+        self.files.write_digest(run_id, text)  # beside attachments: read whole, never queried
+
+    def read_digest(self, run_id: str) -> str | None:
+        return self.files.read_digest(run_id)
+
     def read_state(self, run_id: str) -> str:
         rows = self.fetch(run_id, "SELECT state_md FROM {p}run WHERE id = ?", (run_id,))
         return (rows[0][0] or "") if rows else ""
