@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from openprose.state.store import Run, StateStore
 
 _RESULT_STATUS = {"completed": "complete", "failed": "failed", "cancelled": "cancelled"}
+#: The embodied run's check of its program (the MCP server's follower): a failed result
+#: names the statement the program failed at and why; a later completed one clears it.
+CHECKER_KEY = "mcp:checker"
 _LOCATION = re.compile(r"^(?:[^\s:]+):(\d+):(\d+): ")
 ENDED = ("completed", "failed", "interrupted")
 
@@ -108,7 +111,8 @@ class RunView:
     live: dict[int, StatementStatus] = field(default_factory=dict)
     #: The sessions' work-tool calls (journal records of kind "tool"), in order.
     tools: list[JournalEntry] = field(default_factory=list)
-    #: The latest record of each ``run:`` key (how the run was driven, its inputs).
+    #: The latest record of each ``run:`` key (how the run was driven, its inputs) and of
+    #: :data:`CHECKER_KEY`.
     notes: dict[str, JournalEntry] = field(default_factory=dict)
 
     @property
@@ -152,6 +156,10 @@ class RunView:
             **({"tool_calls": [{"session": entry.key, **entry.meta} for entry in self.tools]}
                if self.tools else {}),
         }
+
+
+def _is_note(key: str) -> bool:
+    return key.startswith("run:") or key == CHECKER_KEY
 
 
 def build_steps(entries: list[JournalEntry], source: str, running: bool, *,
@@ -267,7 +275,7 @@ def load_view(store: StateStore, run_id: str, *, values: bool = True) -> RunView
                    sorted(backend.list_frames(run_id), key=lambda f: f.execution_id),
                    bindings, _agent_locations(store, run_id, agents), usage,
                    tools=[entry for entry in entries if entry.kind == "tool"],
-                   notes={e.key: e for e in entries if e.key.startswith("run:")})
+                   notes={e.key: e for e in entries if _is_note(e.key)})
 
 
 # ----------------------------------------------------------------------------- digests
@@ -299,8 +307,8 @@ def digest(run: Run, status: str, error: str | None) -> str:
         "frames": [[f.execution_id, f.block, f.depth, f.parent, f.status, f.key]
                    for f in run.frames() if f.status == "executing"],
         "tools": [[e.key, e.status, e.meta] for e in run.tool_calls()],
-        "notes": {e.key: [e.kind, e.status, e.meta] for e in run.journal_entries()
-                  if e.key.startswith("run:")},
+        "notes": {e.key: [e.kind, e.status, e.meta, e.error] for e in run.journal_entries()
+                  if _is_note(e.key)},
     }, separators=(",", ":"))
 
 
@@ -355,8 +363,8 @@ def _view_of_digest(store: StateStore, record: Any, found: dict[str, Any]) -> Ru
               for eid, block, depth, parent, status, key in found["frames"]]
     tools = [JournalEntry(key, "tool", status=status, meta=meta)
              for key, status, meta in found["tools"]]
-    notes = {key: JournalEntry(key, kind, status=status, meta=meta)
-             for key, (kind, status, meta) in found["notes"].items()}
+    notes = {key: JournalEntry(key, kind, status=status, error=error, meta=meta)
+             for key, (kind, status, meta, error) in found["notes"].items()}
     return RunView(record.id, store.kind, record.program_path, record.program_source,
                    record.status, record.started, record.updated, record.error, steps, frames,
                    bindings, _agent_locations(store, record.id, agents), Usage(*found["usage"]),
@@ -400,5 +408,5 @@ def view_of_run(run: Run, live: tuple[StatementStatus, ...] = (), *,
                    {s.line: s for s in live}, run.tool_calls())
 
 
-__all__ = ["BindingInfo", "RunView", "Step", "build_steps", "digest", "load_view",
+__all__ = ["CHECKER_KEY", "BindingInfo", "RunView", "Step", "build_steps", "digest", "load_view",
            "run_journal", "run_usage", "usage_of", "view_of_run"]

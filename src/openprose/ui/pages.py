@@ -23,7 +23,14 @@ from openprose.state import BindingRef, StateError
 from openprose.state.models import AgentRef, Usage
 from openprose.state.program_map import program_map
 from openprose.state.render import active_constructs
-from openprose.state.view import ENDED, RunView, Step, load_view, run_usage
+from openprose.state.view import (
+    CHECKER_KEY,
+    ENDED,
+    RunView,
+    Step,
+    load_view,
+    run_usage,
+)
 
 PAGE = 50  # rows per page: runs, sessions, bindings
 PREVIEW = 80  # characters of a binding's preview
@@ -204,13 +211,18 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
     lines = view.source.split("\n")
     sessions = sorted((s for s in view.steps if s.kind == "session"),
                       key=lambda s: (s.started_at or 0.0, s.key))
+    checker = checker_failure(view)
+    marked = source_lines(view)
+    if checker is not None and 0 < checker["line"] <= len(marked):
+        marked[checker["line"] - 1].state = "failed"
     return {
         "view": view,
         "sessions": sessions,
         "session_counts": session_counts(view, sessions),
         "took": seconds_text(_took(view)),
         "tokens": view.usage.input_tokens + view.usage.output_tokens,
-        "lines": source_lines(view),
+        "lines": marked,
+        "checker": checker,
         "failed_line": failed_line if view.status == "failed" or view.error else None,
         "failed_text": lines[failed_line - 1].strip()
         if failed_line and failed_line <= len(lines) else "",
@@ -228,6 +240,17 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
         "agents": [_agent(store, run_id, agent, where) for agent, where in view.agents],
         "seconds": seconds_text,
     }
+
+
+def checker_failure(view: RunView) -> dict[str, Any] | None:
+    """The failure of an embodied run's check of its program (the statement the program
+    failed at, its line and the error), unless a later check cleared it."""
+    entry = view.notes.get(CHECKER_KEY)
+    if entry is None or entry.status != "failed":
+        return None
+    line = entry.meta.get("line")
+    return {"statement": entry.meta.get("statement"), "error": entry.error or "",
+            "line": line if isinstance(line, int) else 0}
 
 
 def session_counts(view: RunView, sessions: list[Step]) -> list[tuple[int, str]]:
