@@ -296,7 +296,7 @@ def digest(run: Run, status: str, error: str | None) -> str:
     steps.sort(key=lambda s: (s.started_at or 0.0, s.key))
     usage = usage_of(entries)
     return json.dumps({
-        "version": DIGEST_VERSION, "status": status, "error": error,
+        "version": DIGEST_VERSION, "backend": run.store.kind, "status": status, "error": error,
         "usage": [usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.sessions],
         "steps": [[s.key, s.kind, s.line, s.end_line, s.status, s.started_at, s.ended_at,
                    s.attempts, s.binding and [s.binding.name, s.binding.execution_id],
@@ -313,8 +313,9 @@ def digest(run: Run, status: str, error: str | None) -> str:
 
 
 def _digest_of(store: StateStore, record: Any) -> dict[str, Any] | None:
-    """The run's digest if it describes the run as its record has it now (a resumed run's
-    digest is of an earlier end: not read until the run ends again and writes another)."""
+    """The run's digest if this backend wrote it and it describes the run as its record
+    has it now (a resumed run's digest is of an earlier end: not read until the run ends
+    again and writes another)."""
     import json
 
     if record.status not in ENDED:
@@ -327,8 +328,9 @@ def _digest_of(store: StateStore, record: Any) -> dict[str, Any] | None:
     except ValueError:
         return None  # damaged: the journal is read instead
     if not isinstance(found, dict) or found.get("version") != DIGEST_VERSION or \
-            (found.get("status"), found.get("error")) != (record.status, record.error):
-        return None
+            (found.get("backend"), found.get("status"), found.get("error")) != \
+            (store.kind, record.status, record.error):
+        return None  # another backend's (a run exported shares its directory), or older
     return found
 
 
