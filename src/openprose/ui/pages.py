@@ -1,10 +1,11 @@
 """What the pages show, read through the state API (never written): the runs list and one
 run's page. Everything here is plain data; the templates escape it.
 
-Big runs stay cheap: the runs list reads journals only for the page shown, a run's page reads
-binding values only for the bindings page shown, and the timeline draws one row per
-statement with a bounded number of bars (a density strip past that), never one element per
-session of a 20,000-session run.
+Big runs stay cheap: an ended run is read from its digest (state.view.digest), not its
+journal; the runs list reads usage only for the page shown, a run's page reads binding values
+only for the bindings page shown, and the timeline draws one row per statement with a bounded
+number of bars (a density strip past that), never one element per session of a
+20,000-session run.
 """
 
 from __future__ import annotations
