@@ -219,7 +219,9 @@ class StateStore:
         return self.backend.get_binding(run_id, ref)
 
     def segment_count(self, run_id: str, agent: AgentRef) -> int:
-        return len(self.backend.list_segments(run_id, agent))
+        """Segments are numbered from 1 and never removed: their count without reading
+        them (an agent of 3,000 segments)."""
+        return self.backend.next_segment(run_id, agent) - 1
 
     def run_location(self, run_id: str) -> str:
         """Where a run's state lives (a directory, or a database and schema)."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from openprose.cli.common import size_text
 from openprose.cli.runs_cmd import duration, human_duration
+from openprose.engine.runner import SETTINGS_KEY
 from openprose.state import BindingRef, StateError
 from openprose.state.models import AgentRef, Usage
 from openprose.state.program_map import program_map
@@ -290,8 +291,6 @@ def run_page(cache: Cache, store: Any, run_id: str, spage: int, bpage: int
 
 def _budget(view: RunView) -> list[str]:
     """The run's budget and how much of it is used, as the run recorded it."""
-    from openprose.engine.runner import SETTINGS_KEY
-
     settings = view.notes.get(SETTINGS_KEY)
     meta = settings.meta if settings is not None else {}
     used = []
