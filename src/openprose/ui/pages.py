@@ -42,6 +42,7 @@ BINS = 80  # columns of a density strip
 LANES = 4  # overlapping sessions of one row drawn in up to this many lanes
 WIDTH = 1000  # the timeline's drawing width (SVG units)
 LABEL = 300  # of which the row labels take this much
+LABEL_CHARS = 40  # characters of a row's label and its count that fit in LABEL
 ROW = 22
 _ITERATION = re.compile(r"\[(\d+)\]")
 #: A line's state from its sessions' states, the first present wins.
@@ -419,7 +420,8 @@ def timeline(view: RunView) -> dict[str, Any]:
                 bars.append(Bar(LABEL + i * width, y + ROW - 2 - height, width - 0.5, height,
                                 state, f"{total} session(s) started here"))
         label = f"{number}: {text}"
-        label = label if len(label) <= 26 else label[:25] + "…"
+        room = min(26, LABEL_CHARS - len(summary))  # the label and the count share a line
+        label = label if len(label) <= room else label[:room - 1] + "…"
         rows.append(TimelineRow(label, y, summary, bars))
         y += ROW
     return {"rows": rows, "height": y, "span": seconds_text(span), "label": LABEL,

@@ -434,7 +434,11 @@ class SqlBackend(Backend):
                      json.dumps(asdict(status))))
 
     def write_digest(self, run_id: str, text: str) -> None:
-        self.files.write_digest(run_id, text)  # beside attachments: read whole, never queried
+        """Beside the attachments (read whole, never queried); not on a machine that does
+        not have the run's directory (a replica of another host's run): a view there reads
+        the journal."""
+        if self.files.run_dir(run_id).is_dir():
+            self.files.write_digest(run_id, text)
 
     def read_digest(self, run_id: str) -> str | None:
         return self.files.read_digest(run_id)
