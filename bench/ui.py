@@ -4,10 +4,12 @@
 
 1. Corpus 28 (gas-town: its two patrol loops run 1,000 rounds each, about 19,000 sessions)
    run on the scripted provider, per backend; then the
-   server's time for the runs page, the run page, its last sessions page, the live fragment
-   the page fetches on each change and one binding's value (median and range of
-   ``--repeats``), and, with Playwright and /usr/bin/chromium present, a browser's time
-   from navigation to the run page's load event.
+   server's time for the runs page and the run page on their first visit, then for the runs
+   page, the run page, its last sessions page, the live fragment the page fetches on each
+   change and one binding's value (median and range of ``--repeats``), and, with
+   Playwright and /usr/bin/chromium present, a browser's time from navigation to the run
+   page's load event against a fresh `prose ui` (its first visit, then the others). The
+   machine's load average is printed beside.
 2. Live delay: a `prose run` of ``--sessions`` sequential sessions (``--latency`` seconds
    each) followed by the run page's event stream of a `prose ui` process; per change event,
    the time since the newest journal record it reports: median and maximum.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import subprocess
@@ -102,8 +105,7 @@ def page_loads(backend: str, repeats: int, project: Path | None) -> None:
             print(f"  runs page, first visit: {time.perf_counter() - started:.2f} s")
             started = time.perf_counter()
             page = client.get(f"/runs/{run_id}")
-            print(f"  run page, first visit: {time.perf_counter() - started:.2f} s (reads the "
-                  "whole run; `prose ui` does this for the newest runs as it starts)")
+            print(f"  run page, first visit: {time.perf_counter() - started:.2f} s")
             print(f"  run page: {len(page.content) / 1024:.0f} kB of HTML, "
                   f"{page.text.count('<')} tags")
             binding = next(b for b in store.backend.list_bindings(run_id))
@@ -118,7 +120,8 @@ def page_loads(backend: str, repeats: int, project: Path | None) -> None:
                 print(_line(label, _timed(client, url, repeats)))
             browser = _browser_load(root, backend, run_id, repeats)
             if browser:
-                print(_line("browser: run page loaded", browser))
+                print(f"  browser: run page loaded, first visit: {browser[0]:.2f} s")
+                print(_line("browser: run page loaded", browser[1:]))
         finally:
             store.close()
     finally:
@@ -127,7 +130,8 @@ def page_loads(backend: str, repeats: int, project: Path | None) -> None:
 
 
 def _browser_load(root: Path, backend: str, run_id: str, repeats: int) -> list[float]:
-    """Navigation to load event in chromium, against a real `prose ui` (empty without one)."""
+    """Navigation to load event in chromium, against a real `prose ui` (empty without one):
+    the first visit, then ``repeats`` more."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -145,11 +149,10 @@ def _browser_load(root: Path, backend: str, run_id: str, repeats: int) -> list[f
                 "--disable-component-update", "--disable-sync", "--no-first-run"])
             page = browser.new_page()
             page.goto(url, timeout=600_000)
-            page.goto(f"{base}runs/{run_id}", wait_until="load", timeout=600_000)  # warm-up
-            times = []
-            for _ in range(repeats):
+            times = []  # the first: the server has not read the run before
+            for _ in range(repeats + 1):
                 started = time.perf_counter()
-                page.goto(f"{base}runs/{run_id}", wait_until="load")
+                page.goto(f"{base}runs/{run_id}", wait_until="load", timeout=600_000)
                 times.append(time.perf_counter() - started)
             browser.close()
         return times
@@ -213,7 +216,9 @@ def main() -> None:
     if not (CORPUS / "28-gas-town.prose").is_file():
         raise SystemExit(f"corpus not found at {CORPUS} (set OPENPROSE_CORPUS)")
     for backend in args.backends.split(","):
+        print(f"load average {' '.join(f'{n:.1f}' for n in os.getloadavg())}")
         page_loads(backend, args.repeats, args.project)
+        print(f"load average {' '.join(f'{n:.1f}' for n in os.getloadavg())}")
     for backend in [] if args.no_live else args.backends.split(","):
         live_delays(backend, args.sessions, args.latency)
 

@@ -4,8 +4,15 @@ backend, and the state.md they share a rendering with."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
+import anyio
+from starlette.testclient import TestClient
 from tests.cli.conftest import Project, run_id_of
+
+from openprose.state import open_store
+from openprose.ui import create_app
 
 PROGRAM = """\
 input topic: "What to research"
@@ -214,6 +221,21 @@ def test_sessions_of_imported_programs_count_everywhere(project: Project) -> Non
     assert len([s for s in shown["steps"] if s["kind"] == "session"]) == 5
     text = project.prose("show", outcome["run_id"], *where).stdout
     assert "sessions 5" in text and text.count("lib(text: draft)") == 4
+    # get_run over MCP and the web view's runs list count them too
+    report = anyio.run(_get_run, project.root, outcome["run_id"])
+    assert (report["sessions"], report["tokens"]) == (5, outcome["tokens"])
+    with open_store(project.root, project.backend) as store:
+        client = TestClient(create_app([store], "t", 8765), base_url="http://127.0.0.1:8765")
+        listing = client.get("/?token=t").text
+    row = listing.split(f'href="/runs/{outcome["run_id"]}"')[1].split("</tr>")[0]
+    assert re.findall(r'<td class="num">([^<]*)</td>', row)[:2] == ["5", str(outcome["tokens"])]
+
+
+async def _get_run(root: Path, run_id: str) -> dict:
+    from tests.mcp_server.host import host
+
+    async with host(root, {}, watch=False) as h:
+        return await h.call("get_run", run_id=run_id)
 
 
 def test_durations_below_a_second_are_in_milliseconds() -> None:

@@ -3,6 +3,7 @@ failed run with hostile values (escaped), a binding's whole value, and the event
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from tests.cli.conftest import run_id_of
 from tests.cli.ui_runs import FAILING, HOSTILE
 
 from openprose.state import open_store
+from openprose.state.view import load_view
 from openprose.ui import create_app
 
 TOKEN = "t0ken-for-tests"
@@ -72,6 +74,11 @@ def test_a_failed_runs_pages(served) -> None:
     assert "boom &lt;b&gt;bold&lt;/b&gt;" in page
     assert "<script>window" not in page and "&lt;script&gt;window.pwned = 1" in page
     assert '<svg class="timeline"' in page
+    # one count of sessions: the header's and the table's (two completed, one failed)
+    assert 'id="session-counts">2 sessions completed · 1 failed ·' in page
+    assert 'id="session-table-counts">(2 completed, 1 failed)' in page
+    assert (page.count('<tr class="st-complete">'), page.count('<tr class="st-failed">')) \
+        == (2, 1)
     assert "1 tool call(s) refused" in page
     assert ('<strong>REFUSED</strong> bash <code>curl https://example.com/&lt;img src=x '
             'onerror=alert(1)&gt;</code>') in page
@@ -96,3 +103,34 @@ def test_a_run_stopped_by_its_budget(project) -> None:
     assert "of 8 tokens" in page.split('id="budget">')[1].split("<")[0]
     assert 'id="over-budget">Stopped over budget: budget reached' in page
     assert 'id="L3" class="line st-pending"' in page  # a higher budget may still get there
+
+
+def test_an_ended_runs_digest_reads_as_its_journal(served, project) -> None:
+    """The digest a run writes as it ends gives the view its journal gives (steps, usage,
+    bindings, tool calls); without it (a run older than digests, or one damaged) the page
+    reads the journal and shows the same."""
+    client, run_id = served
+    digest = project.root / ".prose" / "runs" / run_id / "digest.json"
+    assert digest.is_file() and "window.pwned" not in digest.read_text()  # no values
+    with open_store(project.root, project.backend) as store:
+        quick, full = load_view(store, run_id, values=False), load_view(store, run_id)
+    for view in (quick, full):
+        for step in view.steps:
+            step.enclosing = ()
+    assert [s.to_dict() for s in quick.steps] == [s.to_dict() for s in full.steps]
+    assert quick.usage == full.usage and quick.usage.sessions == 2
+    assert [(b.ref, b.kind, b.location) for b in quick.bindings] == \
+        [(b.ref, b.kind, b.location) for b in full.bindings]
+    assert [(e.key, e.status, e.meta) for e in quick.tools] == \
+        [(e.key, e.status, e.meta) for e in full.tools]
+    client.get("/?token=" + TOKEN)
+    page = client.get(f"/runs/{run_id}").text
+    digest.unlink()
+    with open_store(project.root, project.backend) as store:  # a new view: nothing kept
+        again = TestClient(create_app([store], TOKEN, 8765), base_url=BASE)
+        assert _body(again.get(f"/runs/{run_id}?token={TOKEN}").text) == _body(page)
+
+
+def _body(page: str) -> str:
+    """A run page without what changes between two readings (the run's age)."""
+    return re.sub(r"ran [^·<]+", "ran", page)

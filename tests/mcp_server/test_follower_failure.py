@@ -83,3 +83,34 @@ async def test_a_failed_program_completed_as_failed_shows_only_its_end(tmp_path:
         await h.call("complete_run", vm_token=vm, status="failed", error="gave up")
     state = (tmp_path / ".prose" / "runs" / run["run_id"] / "state.md").read_text()
     assert "status: failed" in state and "resume_run" not in state
+
+
+async def test_the_checks_failure_is_kept_in_the_run_and_shown_on_its_page(
+        tmp_path: Path) -> None:
+    """The statement the program failed at, its line and the error are in the journal (the
+    view reads them there, in another process), never a token; a resume clears them."""
+    (tmp_path / "note.prose").write_text(PROGRAM)
+    async with host(tmp_path, {}, watch=False) as h:
+        run = await _failed_at_the_draft(h)
+        run_id = run["run_id"]
+        page = _page(tmp_path, run_id)
+        shown = page.split('id="checker-failed"')[1].split("</div>")[0]
+        assert 'line 1</a> (statement 0): <code id="checker-statement">let draft' in shown
+        assert "the model timed out" in shown
+        assert 'id="L1" class="line st-failed"' in page
+        journal = (tmp_path / ".prose" / "runs" / run_id / "journal.jsonl").read_text()
+        assert '"mcp:checker"' in journal and run["vm_token"] not in journal
+        await h.call("resume_run", run_id=run_id, take_over=True)
+        assert 'id="checker-failed"' not in _page(tmp_path, run_id)
+
+
+def _page(root: Path, run_id: str) -> str:
+    """The run's page in `prose ui`'s view, opened afresh."""
+    from starlette.testclient import TestClient
+
+    from openprose.state import open_store
+    from openprose.ui import create_app
+
+    with open_store(root) as store:
+        client = TestClient(create_app([store], "t", 8765), base_url="http://127.0.0.1:8765")
+        return client.get(f"/runs/{run_id}?token=t").text

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 import socket
-import threading
 from pathlib import Path
 
 import click
@@ -28,7 +27,6 @@ def ui_command(project: Path, backend: str | None, port: int, open_browser: bool
         import uvicorn
 
         from openprose.ui import create_app
-        from openprose.ui.pages import Cache, warm
     except ImportError as err:
         fail("ui", f"needs the 'ui' extra ({err.name} is missing): "
                    "pip install 'openprose[ui]'")
@@ -41,9 +39,7 @@ def ui_command(project: Path, backend: str | None, port: int, open_browser: bool
     port = listener.getsockname()[1]
     token = secrets.token_urlsafe(24)
     with stores(project, backend, "ui") as opened:
-        cache = Cache()
-        app = create_app(opened, token, port, cache)
-        threading.Thread(target=warm, args=(cache, opened), daemon=True).start()
+        app = create_app(opened, token, port)
         url = f"http://127.0.0.1:{port}/?token={token}"
         click.echo(f"prose ui: serving {project.resolve()} at {url}", err=True)
         click.echo(url)

@@ -57,6 +57,7 @@ from openprose.state import (
     StatementStatus,
     StateSnapshot,
 )
+from openprose.state.view import CHECKER_KEY
 
 if TYPE_CHECKING:
     from openprose.engine.tracing import RunTrace
@@ -349,8 +350,20 @@ class DrivenRun:
             return
         self.follower = Follower.start(
             self.outline, self.run.program_source, self.file, run_inputs(self.run, program),
-            self.has_memory, self.replay(), on_failure=self.render, on_input=self.bind_input,
+            self.has_memory, self.replay(), on_failure=self.checker_failed, on_input=self.bind_input,
             on_value=self.bind_value, trace=self.trace())
+
+    def checker_failed(self) -> None:
+        """The followed program failed: recorded in the journal (the statement, its line and
+        the error, as run_status reports them), then shown in state.md."""
+        follower = self.follower
+        if follower is not None and follower.outcome == "failed":
+            statement = follower.failed_at()
+            self.run.record_result(CHECKER_KEY, status="failed", error=follower.error, meta={
+                "statement": statement.id if statement else None,
+                "line": statement.line if statement else follower.failed_line,
+                "text": follower.failure()})
+        self.render()
 
     def trace(self) -> RunTrace | None:
         """A trace of the followed program when the server traces runs (the host's sessions
@@ -372,6 +385,7 @@ class DrivenRun:
                 or self.status != "running":
             return
         self.follower.close()
+        self.run.record_result(CHECKER_KEY, status="completed")  # the failure is past
         self.follow()  # the analysis keeps the program compiled when the run was loaded
         self.render()
 

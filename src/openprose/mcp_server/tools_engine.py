@@ -85,7 +85,7 @@ from openprose.mcp_server.tools_runs import driver_of, drives, record_driver
 from openprose.paths import PathRefused, contained
 from openprose.state import StateError, settings
 from openprose.state.config import postgres_url
-from openprose.state.view import run_journal, usage_of
+from openprose.state.view import run_usage
 
 DELEGATED = "delegated"
 #: Journal record of how a delegated run was started (provider, script, concurrency).
@@ -665,14 +665,11 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
             result = report(run)
             return compact(result, report_text(result))
         driven = ctx.registry.get(run_id)
-        if driven.mode == ENGINE:  # driven elsewhere (a worker, prose run): read afresh
-            totals = await asyncio.to_thread(
-                lambda: usage_of(run_journal(driven.run.store, run_id)))
-        else:
-            totals = driven.run.usage_totals()
-        status = driven.run.status
+        record = driven.run.backend.load_run(run_id)  # afresh: a worker may drive it
+        totals = await asyncio.to_thread(run_usage, driven.run.store, record)  # imports too
+        status = record.status
         result = RunReport(run_id=run_id, mode=driven.mode, status=status,
-                           backend=driven.backend,
+                           backend=driven.backend, sessions=totals.sessions,
                            tokens=totals.input_tokens + totals.output_tokens,
                            cost_usd=round(totals.cost_usd, 6),
                            outputs=outputs_of(run_id, driven.outline) or None)

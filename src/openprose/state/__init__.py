@@ -55,6 +55,7 @@ from openprose.state.models import (
 from openprose.state.names import new_run_id
 from openprose.state.render import render_state
 from openprose.state.store import Run, SessionHandle, StateStore
+from openprose.state.view import digest
 
 BACKENDS = ("filesystem", "sqlite", "postgres")
 
@@ -75,11 +76,11 @@ def open_store(project_root: str | Path, backend: str = "filesystem", *,
     if backend == "filesystem":
         from openprose.state.backends.filesystem import FilesystemBackend
 
-        return StateStore(FilesystemBackend(root, home_dir), root, home_dir, render_state)
+        return StateStore(FilesystemBackend(root, home_dir), root, home_dir, render_state, digest)
     if backend == "sqlite":
         from openprose.state.backends.sqlite import SqliteBackend
 
-        return StateStore(SqliteBackend(root, home_dir), root, home_dir, render_state)
+        return StateStore(SqliteBackend(root, home_dir), root, home_dir, render_state, digest)
     if backend == "postgres":
         from openprose.state.backends.postgres import PostgresBackend
 
@@ -89,7 +90,7 @@ def open_store(project_root: str | Path, backend: str = "filesystem", *,
                 "no PostgreSQL URL: set OPENPROSE_POSTGRES_URL in .prose/.env or the "
                 "environment (or DATABASE_URL)")
         return StateStore(PostgresBackend(root, home_dir, url, schema or postgres_schema(root)),
-                          root, home_dir, render_state)
+                          root, home_dir, render_state, digest)
     raise ValueError(f"unknown state backend {backend!r} (choose from {', '.join(BACKENDS)})")
 
 

@@ -16,6 +16,8 @@ from openprose.language import nodes as n
 from openprose.language import paths, syntax_tree
 from openprose.language.analysis import Analysis, Statement, analyze
 
+#: A loop round in a key (``[3]``): it names the round, never another statement.
+_ROUND = re.compile(r"\[\d+\]")
 #: A step another driver records under its namespace: ``<ns>:<statement id>@<frame>#<n>`` for
 #: the n-th session of a statement in one frame, ``...?<round>`` for a verdict (the MCP
 #: server's embodied runs). A statement id is a path without iterations; a block's body is
@@ -56,11 +58,23 @@ class ProgramMap:
             prefix for sid in self.analysis.statements
             for _kind, _value, prefix in paths.tokens(sid) if prefix}
         self._placed: dict[str, Placed] = {}
+        self._lines: dict[str, tuple[int, int]] = {}
 
     def place(self, key: str) -> Placed:
         found = self._placed.get(key)
         if found is None:
             found = self._placed[key] = self._resolve(key)
+        return found
+
+    def lines(self, key: str) -> tuple[int, int]:
+        """The lines of the statement ``key`` names, without the constructs around it:
+        cached by the key without its iteration numbers, which never change the statement
+        (a loop of 1,000 rounds is placed once, not once per round)."""
+        shape = _ROUND.sub("[]", key)
+        found = self._lines.get(shape)
+        if found is None:
+            placed = self._resolve(key)
+            found = self._lines[shape] = (placed.line, placed.end_line)
         return found
 
     def _resolve(self, key: str) -> Placed:

@@ -89,18 +89,21 @@ def _check_ref(ref: BindingRef, what: str = "name", *, new: bool = False) -> Non
 
 
 Renderer = Callable[["Run", StateSnapshot], str]
+Digester = Callable[["Run", str, "str | None"], str]
 
 
 class StateStore:
     """A project's state on one backend. Create or open runs; resolve session tokens.
-    ``render`` makes a run's state.md: rendering sits above the contract (state.render),
-    so the store is handed it rather than importing it."""
+    ``render`` makes a run's state.md and ``digest`` an ended run's digest: both sit above
+    the contract (state.render, state.view), so the store is handed them rather than
+    importing them."""
 
     def __init__(self, backend: Backend, project_root: Path, home: Path,
-                 render: Renderer, *, owns_backend: bool = True) -> None:
+                 render: Renderer, digest: Digester, *, owns_backend: bool = True) -> None:
         self.backend = backend
         self.owns_backend = owns_backend
         self.render = render
+        self.digest = digest
         self.project_root = project_root
         self.home = home
         self._runs: dict[str, Run] = {}
@@ -217,7 +220,9 @@ class StateStore:
         return self.backend.get_binding(run_id, ref)
 
     def segment_count(self, run_id: str, agent: AgentRef) -> int:
-        return len(self.backend.list_segments(run_id, agent))
+        """Segments are numbered from 1 and never removed: their count without reading
+        them (an agent of 3,000 segments)."""
+        return self.backend.next_segment(run_id, agent) - 1
 
     def run_location(self, run_id: str) -> str:
         """Where a run's state lives (a directory, or a database and schema)."""
@@ -293,7 +298,7 @@ class StateStore:
         the backend once, and each run reads its state afresh, as another process may have
         driven it meanwhile."""
         return StateStore(self.backend, self.project_root, self.home, self.render,
-                          owns_backend=False)
+                          self.digest, owns_backend=False)
 
     def close(self) -> None:
         if self.owns_backend:
@@ -331,6 +336,7 @@ class Run:
         self._usage = Usage()
         self._agents: dict[AgentRef, None] = {}
         self._tools: list[JournalEntry] = []
+        self._steps: list[JournalEntry] = []  # every intent, result and verdict, in order
         self._load()
 
     # ------------------------------------------------------------------ loading
@@ -357,6 +363,9 @@ class Run:
         if entry.kind == "tool":  # an audit record: never a step's outcome
             self._tools.append(entry)
             return
+        if entry.kind in ("intent", "result", "verdict"):
+            with self._lock:
+                self._steps.append(entry)
         slot = entry.kind if entry.kind in ("verdict", "decision") else "step"
         previous = self._journal.get((slot, entry.key))
         if previous is not None and previous.kind == "result" and entry.kind == "intent":
@@ -706,6 +715,11 @@ class Run:
     def journal_entries(self) -> list[JournalEntry]:
         return list(self._journal.values())
 
+    def step_entries(self) -> list[JournalEntry]:
+        """The run's intents, results and verdicts in the order they were recorded."""
+        with self._lock:
+            return list(self._steps)
+
     def record_tool(self, key: str, call: dict[str, Any]) -> None:
         """A session's work-tool call (allowed or refused, with its rule), durable: the
         audit of what agents did to the project outlives any crash after it."""
@@ -796,6 +810,7 @@ class Run:
             for frame in left:
                 self._frames[frame.execution_id] = replace(frame, status="cancelled")
                 self.backend.put_frame(self.id, self._frames[frame.execution_id])
+        self.backend.write_digest(self.id, self.store.digest(self, status, error))
         self.backend.update_run(self.id, status=status, error=error)
 
     def record_import(self, record: ImportRecord) -> None:

@@ -10,8 +10,9 @@ from a run open in this process (the engine's own state.md).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from openprose.state.models import (
     AgentRef,
@@ -23,12 +24,15 @@ from openprose.state.models import (
     Usage,
     final_result,
 )
-from openprose.state.program_map import Enclosing, driver_path, program_map
+from openprose.state.program_map import Enclosing, Placed, driver_path, program_map
 
 if TYPE_CHECKING:
     from openprose.state.store import Run, StateStore
 
 _RESULT_STATUS = {"completed": "complete", "failed": "failed", "cancelled": "cancelled"}
+#: The embodied run's check of its program (the MCP server's follower): a failed result
+#: names the statement the program failed at and why; a later completed one clears it.
+CHECKER_KEY = "mcp:checker"
 _LOCATION = re.compile(r"^(?:[^\s:]+):(\d+):(\d+): ")
 ENDED = ("completed", "failed", "interrupted")
 
@@ -102,13 +106,14 @@ class RunView:
     error: str | None
     steps: list[Step]
     frames: list[Frame]
-    bindings: list[BindingInfo]
+    bindings: Sequence[BindingInfo]
     agents: list[tuple[AgentRef, str]]
     usage: Usage
     live: dict[int, StatementStatus] = field(default_factory=dict)
     #: The sessions' work-tool calls (journal records of kind "tool"), in order.
     tools: list[JournalEntry] = field(default_factory=list)
-    #: The latest record of each ``run:`` key (how the run was driven, its inputs).
+    #: The latest record of each ``run:`` key (how the run was driven, its inputs) and of
+    #: :data:`CHECKER_KEY`.
     notes: dict[str, JournalEntry] = field(default_factory=dict)
 
     @property
@@ -154,8 +159,14 @@ class RunView:
         }
 
 
-def build_steps(entries: list[JournalEntry], source: str, running: bool) -> list[Step]:
-    """Fold journal records (intents, results, verdicts, in order) into one step per key."""
+def _is_note(key: str) -> bool:
+    return key.startswith("run:") or key == CHECKER_KEY
+
+
+def build_steps(entries: list[JournalEntry], source: str, running: bool, *,
+                enclosing: bool = True) -> list[Step]:
+    """Fold journal records (intents, results, verdicts, in order) into one step per key;
+    ``enclosing``: with the constructs around each step (placing every key costs time)."""
     places = program_map(source)
     steps: dict[tuple[str, str], Step] = {}
     for entry in entries:
@@ -171,7 +182,7 @@ def build_steps(entries: list[JournalEntry], source: str, running: bool) -> list
         at = entry.meta.get("at") if entry.meta else None
         step = steps.get(slot)
         if step is None:
-            placed = places.place(path)
+            placed = places.place(path) if enclosing else Placed(*places.lines(path), ())
             step = steps[slot] = Step(entry.key, "verdict" if entry.kind == "verdict"
                                       else "session", placed.line, placed.end_line,
                                       "executing", placed.enclosing, started_at=at)
@@ -198,13 +209,14 @@ def build_steps(entries: list[JournalEntry], source: str, running: bool) -> list
     return list(steps.values())
 
 
-def run_journal(store: StateStore, run_id: str) -> list[JournalEntry]:
-    """A run's journal with those of the imported programs it called (their runs nested
-    under it, at any depth), in the order they were written: the run's sessions are all of
-    them. An import's keys begin with its call site's path, so its steps are placed at the
-    call."""
+def run_journal(store: StateStore, run_id: str,
+                own: list[JournalEntry] | None = None) -> list[JournalEntry]:
+    """A run's journal (``own``: as already read) with those of the imported programs it
+    called (their runs nested under it, at any depth), in the order they were written: the
+    run's sessions are all of them. An import's keys begin with its call site's path, so its
+    steps are placed at the call."""
     backend = store.backend
-    entries = backend.read_journal(run_id)
+    entries = backend.read_journal(run_id) if own is None else own
     pending = backend.list_children(run_id)
     if not pending:
         return entries
@@ -237,13 +249,18 @@ def _preview(value: str, width: int = 60) -> str:
 
 def load_view(store: StateStore, run_id: str, *, values: bool = True) -> RunView:
     """Read a run without opening it for writing (no repair, no capability): safe while
-    another process drives it. ``values``: read binding values for sizes and previews."""
+    another process drives it. ``values``: read binding values for sizes and previews;
+    without them an ended run is read from its digest when it has one (see :func:`digest`)."""
     from openprose.state.names import check_run_id
 
     check_run_id(run_id)
     backend = store.backend
     record = backend.load_run(run_id)
     running = record.status not in ENDED
+    if not values:
+        found = _digest_of(store, record)
+        if found is not None:
+            return _view_of_digest(store, record, found)
     entries = run_journal(store, run_id)
     steps = build_steps(entries, record.program_source, running)
     bindings = []
@@ -259,7 +276,124 @@ def load_view(store: StateStore, run_id: str, *, values: bool = True) -> RunView
                    sorted(backend.list_frames(run_id), key=lambda f: f.execution_id),
                    bindings, _agent_locations(store, run_id, agents), usage,
                    tools=[entry for entry in entries if entry.kind == "tool"],
-                   notes={e.key: e for e in entries if e.key.startswith("run:")})
+                   notes={e.key: e for e in entries if _is_note(e.key)})
+
+
+# ----------------------------------------------------------------------------- digests
+#: The digest's layout; a digest of another version is not read (the journal is).
+DIGEST_VERSION = 1
+
+
+def digest(run: Run, status: str, error: str | None) -> str:
+    """What a view of the run, once ended as ``status``, reads instead of its journal,
+    bindings, frames and grants (a 20,000-session run's view then costs one small read):
+    its steps with their lines, usage (its imports' too), binding names and kinds, agents,
+    the frames still open, work-tool calls and ``run:`` notes. Written by the driver as the
+    run ends, from what it holds in memory; no value is in it."""
+    import json
+
+    entries = run_journal(run.store, run.id, run.step_entries())
+    steps = build_steps(entries, run.program_source, False, enclosing=False)
+    steps.sort(key=lambda s: (s.started_at or 0.0, s.key))
+    usage = usage_of(entries)
+    return json.dumps({
+        "version": DIGEST_VERSION, "backend": run.store.kind, "status": status, "error": error,
+        "usage": [usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.sessions],
+        "steps": [[s.key, s.kind, s.line, s.end_line, s.status, s.started_at, s.ended_at,
+                   s.attempts, s.binding and [s.binding.name, s.binding.execution_id],
+                   s.error, s.usage.input_tokens, s.usage.output_tokens, s.usage.cost_usd,
+                   s.verdict, s.reason] for s in steps],
+        "bindings": [[ref.name, ref.execution_id, kind] for ref, kind in run.binding_index()],
+        "agents": [[a.name, a.scope, a.path] for a in run.agents()],
+        "frames": [[f.execution_id, f.block, f.depth, f.parent, f.status, f.key]
+                   for f in run.frames() if f.status == "executing"],
+        "tools": [[e.key, e.status, e.meta] for e in run.tool_calls()],
+        "notes": {e.key: [e.kind, e.status, e.meta, e.error] for e in run.journal_entries()
+                  if _is_note(e.key)},
+    }, separators=(",", ":"))
+
+
+def _digest_of(store: StateStore, record: Any) -> dict[str, Any] | None:
+    """The run's digest if this backend wrote it and it describes the run as its record
+    has it now (a resumed run's digest is of an earlier end: not read until the run ends
+    again and writes another)."""
+    import json
+
+    if record.status not in ENDED:
+        return None
+    text = store.backend.read_digest(record.id)
+    if text is None:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None  # damaged: the journal is read instead
+    if not isinstance(found, dict) or found.get("version") != DIGEST_VERSION or \
+            (found.get("backend"), found.get("status"), found.get("error")) != \
+            (store.kind, record.status, record.error):
+        return None  # another backend's (a run exported shares its directory), or older
+    return found
+
+
+def run_usage(store: StateStore, record: Any) -> Usage:
+    """A run's usage with its imports', from its digest when it has one: the one count of
+    sessions, tokens and cost every command and view shows."""
+    found = _digest_of(store, record)
+    if found is not None:
+        return Usage(*found["usage"])
+    return usage_of(run_journal(store, record.id))
+
+
+def _view_of_digest(store: StateStore, record: Any, found: dict[str, Any]) -> RunView:
+    places = program_map(record.program_source)
+    steps = []
+    for (key, kind, line, end_line, status, started, ended, attempts, binding, error,
+         tokens_in, tokens_out, cost, verdict, reason) in found["steps"]:
+        enclosing: tuple[Enclosing, ...] = ()
+        if status in ("failed", "cancelled", "interrupted"):  # what the view shows around
+            path = driver_path(key) if ":" in key else key
+            enclosing = places.place(path).enclosing if path else ()
+        steps.append(Step(key, kind, line, end_line, status, enclosing,
+                          BindingRef(*binding) if binding else None, error,
+                          Usage(tokens_in, tokens_out, cost), started, ended, verdict, reason,
+                          attempts))
+    bindings = _Bindings(store, record.id, found["bindings"])
+    agents = {AgentRef(*agent): None for agent in found["agents"]}
+    frames = [Frame(eid, block, depth, parent, status=status, key=key)
+              for eid, block, depth, parent, status, key in found["frames"]]
+    tools = [JournalEntry(key, "tool", status=status, meta=meta)
+             for key, status, meta in found["tools"]]
+    notes = {key: JournalEntry(key, kind, status=status, error=error, meta=meta)
+             for key, (kind, status, meta, error) in found["notes"].items()}
+    return RunView(record.id, store.kind, record.program_path, record.program_source,
+                   record.status, record.started, record.updated, record.error, steps, frames,
+                   bindings, _agent_locations(store, record.id, agents), Usage(*found["usage"]),
+                   tools=tools, notes=notes)
+
+
+class _Bindings(Sequence[BindingInfo]):
+    """A digest's bindings, made into :class:`BindingInfo` as they are read: a page of
+    50 of a run's 30,000 costs 50."""
+
+    def __init__(self, store: StateStore, run_id: str, rows: list[list[Any]]) -> None:
+        self.store, self.run_id, self.rows = store, run_id, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> BindingInfo: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[BindingInfo]: ...
+
+    def __getitem__(self, index: int | slice) -> BindingInfo | list[BindingInfo]:
+        if isinstance(index, slice):
+            return [self._info(row) for row in self.rows[index]]
+        return self._info(self.rows[index])
+
+    def _info(self, row: list[Any]) -> BindingInfo:
+        ref = BindingRef(row[0], row[1])
+        return BindingInfo(ref, row[2], self.store.backend.binding_location(self.run_id, ref))
 
 
 def _binding_info(store: StateStore, run_id: str, binding: Binding, values: bool
@@ -299,5 +433,5 @@ def view_of_run(run: Run, live: tuple[StatementStatus, ...] = (), *,
                    {s.line: s for s in live}, run.tool_calls())
 
 
-__all__ = ["BindingInfo", "RunView", "Step", "build_steps", "load_view", "run_journal",
-           "usage_of", "view_of_run"]
+__all__ = ["CHECKER_KEY", "BindingInfo", "RunView", "Step", "build_steps", "digest", "load_view",
+           "run_journal", "run_usage", "usage_of", "view_of_run"]

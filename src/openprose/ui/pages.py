@@ -1,10 +1,11 @@
 """What the pages show, read through the state API (never written): the runs list and one
 run's page. Everything here is plain data; the templates escape it.
 
-Big runs stay cheap: the runs list reads journals only for the page shown, a run's page reads
-binding values only for the bindings page shown, and the timeline draws one row per
-statement with a bounded number of bars (a density strip past that), never one element per
-session of a 20,000-session run.
+Big runs stay cheap: an ended run is read from its digest (state.view.digest), not its
+journal; the runs list reads usage only for the page shown, a run's page reads binding values
+only for the bindings page shown, and the timeline draws one row per statement with a bounded
+number of bars (a density strip past that), never one element per session of a
+20,000-session run.
 """
 
 from __future__ import annotations
@@ -19,11 +20,19 @@ from typing import Any
 
 from openprose.cli.common import size_text
 from openprose.cli.runs_cmd import duration, human_duration
+from openprose.engine.runner import SETTINGS_KEY
 from openprose.state import BindingRef, StateError
 from openprose.state.models import AgentRef, Usage
 from openprose.state.program_map import program_map
 from openprose.state.render import active_constructs
-from openprose.state.view import ENDED, RunView, Step, load_view, usage_of
+from openprose.state.view import (
+    CHECKER_KEY,
+    ENDED,
+    RunView,
+    Step,
+    load_view,
+    run_usage,
+)
 
 PAGE = 50  # rows per page: runs, sessions, bindings
 PREVIEW = 80  # characters of a binding's preview
@@ -33,6 +42,7 @@ BINS = 80  # columns of a density strip
 LANES = 4  # overlapping sessions of one row drawn in up to this many lanes
 WIDTH = 1000  # the timeline's drawing width (SVG units)
 LABEL = 300  # of which the row labels take this much
+LABEL_CHARS = 40  # characters of a row's label and its count that fit in LABEL
 ROW = 22
 _ITERATION = re.compile(r"\[(\d+)\]")
 #: A line's state from its sessions' states, the first present wins.
@@ -186,7 +196,7 @@ class Cache:
             kept = self._usage.get(key)
         if kept is not None and kept[0] == mark:
             return kept[1]
-        usage = usage_of(store.read_journal(record.id))
+        usage = run_usage(store, record)  # the imported programs' sessions too
         if record.status in ENDED:
             with self._lock:
                 self._usage[key] = (mark, usage)
@@ -202,13 +212,20 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
     view = load_view(store, run_id, values=False)
     failed_line = view.failed_line
     lines = view.source.split("\n")
+    sessions = sorted((s for s in view.steps if s.kind == "session"),
+                      key=lambda s: (s.started_at or 0.0, s.key))
+    checker = checker_failure(view)
+    marked = source_lines(view)
+    if checker is not None and 0 < checker["line"] <= len(marked):
+        marked[checker["line"] - 1].state = "failed"
     return {
         "view": view,
-        "sessions": sorted((s for s in view.steps if s.kind == "session"),
-                           key=lambda s: (s.started_at or 0.0, s.key)),
+        "sessions": sessions,
+        "session_counts": session_counts(view, sessions),
         "took": seconds_text(_took(view)),
         "tokens": view.usage.input_tokens + view.usage.output_tokens,
-        "lines": source_lines(view),
+        "lines": marked,
+        "checker": checker,
         "failed_line": failed_line if view.status == "failed" or view.error else None,
         "failed_text": lines[failed_line - 1].strip()
         if failed_line and failed_line <= len(lines) else "",
@@ -226,6 +243,26 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
         "agents": [_agent(store, run_id, agent, where) for agent, where in view.agents],
         "seconds": seconds_text,
     }
+
+
+def checker_failure(view: RunView) -> dict[str, Any] | None:
+    """The failure of an embodied run's check of its program (the statement the program
+    failed at, its line and the error), unless a later check cleared it."""
+    entry = view.notes.get(CHECKER_KEY)
+    if entry is None or entry.status != "failed":
+        return None
+    line = entry.meta.get("line")
+    return {"statement": entry.meta.get("statement"), "error": entry.error or "",
+            "line": line if isinstance(line, int) else 0}
+
+
+def session_counts(view: RunView, sessions: list[Step]) -> list[tuple[int, str]]:
+    """The run's sessions as the header and the table both count them: those completed
+    (the count ``prose runs``, ``prose show`` and ``get_run`` give), then each other state."""
+    states = Counter(_bar_state(s.status) for s in sessions)
+    states.pop("done", None)
+    return [(view.usage.sessions, "completed"),
+            *((n, state) for state, n in sorted(states.items()))]
 
 
 def run_page(cache: Cache, store: Any, run_id: str, spage: int, bpage: int
@@ -249,26 +286,12 @@ def run_page(cache: Cache, store: Any, run_id: str, spage: int, bpage: int
                              "kind": info.kind, "size": size_text(len(value.encode())),
                              "preview": _preview(value)})
     return {**data, "sessions": shown, "spage": spage, "spages": spages,
-            "session_count": len(data["sessions"]), "tools": tools,
+            "tools": tools,
             "bindings": binding_rows, "bpage": bpage, "bpages": bpages}
-
-
-def warm(cache: Cache, stores: list[Any]) -> None:
-    """Read the newest page of runs ahead of the first visit (``prose ui`` calls this in a
-    thread of its own as it starts): their usage, and the views of the ended ones."""
-    for row in run_list(stores, "", "", 1, cache)["rows"]:
-        store = next(s for s in stores if s.kind == row.backend)
-        if row.status in ENDED:
-            try:
-                cache.summary(store, row.id)
-            except StateError:
-                continue
 
 
 def _budget(view: RunView) -> list[str]:
     """The run's budget and how much of it is used, as the run recorded it."""
-    from openprose.engine.runner import SETTINGS_KEY
-
     settings = view.notes.get(SETTINGS_KEY)
     meta = settings.meta if settings is not None else {}
     used = []
@@ -397,7 +420,8 @@ def timeline(view: RunView) -> dict[str, Any]:
                 bars.append(Bar(LABEL + i * width, y + ROW - 2 - height, width - 0.5, height,
                                 state, f"{total} session(s) started here"))
         label = f"{number}: {text}"
-        label = label if len(label) <= 26 else label[:25] + "…"
+        room = min(26, LABEL_CHARS - len(summary))  # the label and the count share a line
+        label = label if len(label) <= room else label[:room - 1] + "…"
         rows.append(TimelineRow(label, y, summary, bars))
         y += ROW
     return {"rows": rows, "height": y, "span": seconds_text(span), "label": LABEL,

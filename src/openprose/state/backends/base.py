@@ -144,6 +144,12 @@ class Backend(ABC):
     @abstractmethod
     def read_state(self, run_id: str) -> str: ...
 
+    # the digest of an ended run (state.view.digest): what a view of it reads first
+    @abstractmethod
+    def write_digest(self, run_id: str, text: str) -> None: ...
+    @abstractmethod
+    def read_digest(self, run_id: str) -> str | None: ...
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 

@@ -76,6 +76,8 @@ SEPARATOR = "\n```\n\n---\n\n"
 # VM, or by a session before it finished): repair leaves such a file alone.
 WRITE_NOTE = '{"kind":"write",'
 LOGS = ("journal.jsonl", "frames.jsonl", "capabilities.jsonl")
+#: An ended run's digest (state.view.digest), in its directory on every backend.
+DIGEST = "digest.json"
 LOCKS = "locks"  # .prose/locks/{run id}.lock: flock'd by the run's driver, who it is as JSON
 # A run directory is built under .creating/ beside its final place, then renamed into place.
 CREATING = ".creating"
@@ -795,6 +797,15 @@ class FilesystemBackend(Backend):
             return read_exact(self._run_file(run_id, "state.md"))
         except FileNotFoundError:
             return ""
+
+    def write_digest(self, run_id: str, text: str) -> None:
+        atomic_write(self._run_file(run_id, DIGEST), text)
+
+    def read_digest(self, run_id: str) -> str | None:
+        try:
+            return read_exact(self._run_file(run_id, DIGEST))
+        except FileNotFoundError:
+            return None
 
     def close(self) -> None:
         with self._lock:

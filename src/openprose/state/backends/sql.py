@@ -473,6 +473,16 @@ class SqlBackend(Backend):
                     (run_id, status.line, _execution_status(status.status),
                      json.dumps(asdict(status))))
 
+    def write_digest(self, run_id: str, text: str) -> None:
+        """Beside the attachments (read whole, never queried); not on a machine that does
+        not have the run's directory (a replica of another host's run): a view there reads
+        the journal."""
+        if self.files.run_dir(run_id).is_dir():
+            self.files.write_digest(run_id, text)
+
+    def read_digest(self, run_id: str) -> str | None:
+        return self.files.read_digest(run_id)
+
     def read_state(self, run_id: str) -> str:
         rows = self.fetch(run_id, "SELECT state_md FROM {p}run WHERE id = ?", (run_id,))
         return (rows[0][0] or "") if rows else ""
