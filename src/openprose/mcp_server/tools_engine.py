@@ -665,8 +665,11 @@ def register(mcp: MCPServer, ctx: ServerContext, modes: EngineModes) -> None:
             result = report(run)
             return compact(result, report_text(result))
         driven = ctx.registry.get(run_id)
-        record = driven.run.backend.load_run(run_id)  # afresh: a worker may drive it
-        totals = await asyncio.to_thread(run_usage, driven.run.store, record)  # imports too
+        def fresh() -> tuple[Any, Any]:  # afresh: a worker may drive it; imports counted
+            record = driven.run.backend.load_run(run_id)
+            return record, run_usage(driven.run.store, record)
+
+        record, totals = await asyncio.to_thread(fresh)
         status = record.status
         result = RunReport(run_id=run_id, mode=driven.mode, status=status,
                            backend=driven.backend, sessions=totals.sessions,
