@@ -103,8 +103,8 @@ def syntax_tree(source: str) -> nodes.Program | None:
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 6000))  # as compile: room for the parser's nesting
     try:
-        program = _parsed(source)[0]
-        return None if program is None or _too_deep(program, None) is not None else program
+        program, _, deep, _ = _parsed(source)
+        return None if deep is not None else program
     except RecursionError:
         return None
     finally:
