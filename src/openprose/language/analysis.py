@@ -16,6 +16,8 @@ Walkers over the syntax tree derive from :class:`NodeVisitor`.
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -178,8 +180,31 @@ class Analysis:
                 if (s.binds == name or name in s.names) and s.block == block]
 
 
+#: Analyses of the programs analysed last, by the program's identity and its source: a
+#: program's stages (the server's start, the engine, state.md's renderer, a reload) each ask
+#: for it, and the parse of a recent text is one shared tree, so they share one analysis.
+ANALYSES_KEPT = 8
+_analysed: OrderedDict[tuple[int, str], tuple[n.Program, Analysis]] = OrderedDict()
+_analysed_lock = threading.Lock()
+
+
 def analyze(program: n.Program, source: str) -> Analysis:
-    """The analysis of a compiled program."""
+    """The analysis of a compiled program (shared: nothing changes an analysis once made)."""
+    key = (id(program), source)
+    with _analysed_lock:
+        kept = _analysed.get(key)
+        if kept is not None and kept[0] is program:
+            _analysed.move_to_end(key)
+            return kept[1]
+    analysis = _analyze(program, source)
+    with _analysed_lock:
+        _analysed[key] = (program, analysis)
+        while len(_analysed) > ANALYSES_KEPT:
+            _analysed.popitem(last=False)
+    return analysis
+
+
+def _analyze(program: n.Program, source: str) -> Analysis:
     walker = _Statements(source.split("\n"))
     walker.body(program.body, "", None, None)
     for block in program.blocks.values():
