@@ -487,6 +487,7 @@ class RunRegistry:
 
     def add(self, driven: DrivenRun) -> None:
         self.runs[driven.id] = driven
+        self.last = driven.id
 
     def let_go(self) -> None:
         """Close what the stores hold open for the runs hosts drive (a journal's append log,
