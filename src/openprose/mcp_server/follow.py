@@ -26,7 +26,13 @@ from openprose.engine.values import Value, to_text
 from openprose.errors import OpenProseError
 from openprose.language import paths
 from openprose.language.analysis import Analysis, Statement
-from openprose.mcp_server.guided import HostProvider, ItemRefused, JudgmentItem, SessionItem
+from openprose.mcp_server.guided import (
+    HostProvider,
+    ItemRefused,
+    JudgmentItem,
+    SessionItem,
+    nothing_ready,
+)
 from openprose.mcp_server.refusal import Refusal
 from openprose.state import BindingRef
 
@@ -409,13 +415,12 @@ class Follower:
         progress after which the event loop has nothing else ready to run (nothing in memory
         can move: an answer, I/O or a timer must come first) is enough; a loop that does not
         say what is ready takes :data:`QUIET_TURNS` turns."""
-        ready = getattr(asyncio.get_running_loop(), "_ready", None)  # asyncio's own queue
         stable = 0
         while stable < QUIET_TURNS and self.task is not None and not self.task.done():
             before = self.progress
             await asyncio.sleep(0)
             stable = stable + 1 if self.progress == before else 0
-            if stable and ready is not None and not ready:
+            if stable and nothing_ready():
                 return
 
     def close(self) -> None:
