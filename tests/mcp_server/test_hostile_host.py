@@ -167,6 +167,33 @@ async def test_unfinished_embodied_runs_never_take_the_servers_last_descriptor(r
         assert (await client.list_tools()).tools
 
 
+def _open_journals(project: Path) -> set[str]:
+    """Run ids of ``project`` whose journal this process holds open."""
+    found = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = Path(fd.readlink())
+        except OSError:
+            continue
+        if target.name == "journal.jsonl" and target.is_relative_to(project):
+            found.add(target.parent.name)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+async def test_between_calls_only_the_run_last_reached_keeps_its_journal_open(root):
+    """After every call the server closed the journal of each run a host drives, so each
+    write_binding opened it again: the run the last call reached keeps its logs (its next
+    write appends at once), any other keeps only its driver lock."""
+    async with host(root, {"mode": "legacy"}, watch=False) as h:
+        first = await h.call("start_run", program="p.prose", inputs={"topic": "t"})
+        assert _open_journals(root.resolve()) == {first["run_id"]}
+        second = await h.call("start_run", program="p.prose", inputs={"topic": "t"})
+        assert _open_journals(root.resolve()) == {second["run_id"]}
+        await h.call("run_status", vm_token=first["vm_token"])  # reads: opens nothing
+        assert _open_journals(root.resolve()) == set()
+
+
 # ------------------------------------------------------------------ values the program computes
 
 COMPUTING = """\

@@ -26,7 +26,13 @@ from openprose.engine.values import Value, to_text
 from openprose.errors import OpenProseError
 from openprose.language import paths
 from openprose.language.analysis import Analysis, Statement
-from openprose.mcp_server.guided import HostProvider, ItemRefused, JudgmentItem, SessionItem
+from openprose.mcp_server.guided import (
+    HostProvider,
+    ItemRefused,
+    JudgmentItem,
+    SessionItem,
+    nothing_ready,
+)
 from openprose.mcp_server.refusal import Refusal
 from openprose.state import BindingRef
 
@@ -405,12 +411,17 @@ class Follower:
         return False
 
     async def quiet(self) -> None:
-        """Let the interpreter run until it waits on the host (or has ended)."""
+        """Let the interpreter run until it waits on the host (or has ended): a turn without
+        progress after which the event loop has nothing else ready to run (nothing in memory
+        can move: an answer, I/O or a timer must come first) is enough; a loop that does not
+        say what is ready takes :data:`QUIET_TURNS` turns."""
         stable = 0
         while stable < QUIET_TURNS and self.task is not None and not self.task.done():
             before = self.progress
             await asyncio.sleep(0)
             stable = stable + 1 if self.progress == before else 0
+            if stable and nothing_ready():
+                return
 
     def close(self) -> None:
         if self.task is not None and not self.task.done():

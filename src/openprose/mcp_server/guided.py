@@ -53,6 +53,14 @@ def is_guided_token(token: str) -> bool:
     return token.startswith((SESSION_PREFIX, JUDGMENT_PREFIX))
 
 
+def nothing_ready() -> bool:
+    """Whether the running event loop has nothing ready to run besides the caller: no task
+    can move until an answer, I/O or a timer comes, so waiting more turns changes nothing.
+    False when the loop does not say (asyncio's own loop keeps a ready queue)."""
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    return ready is not None and not ready
+
+
 class ItemRefused(OpenProseError):
     """A host call on a pending item that cannot be applied; the message says why."""
 
@@ -338,6 +346,8 @@ class HostProvider(Provider):
             count = len(self.pending)
             for _ in range(3):
                 await asyncio.sleep(0)
+                if nothing_ready():
+                    break
 
     def _live(self, token: str, kind: type[ItemT]) -> ItemT | None:
         """The pending item of ``kind`` with this token that nobody has answered yet."""

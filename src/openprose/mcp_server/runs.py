@@ -479,8 +479,12 @@ class RunRegistry:
         #: Who drove the runs let go of (an engine's run that ended or was cancelled): a
         #: run loaded again keeps its driver.
         self.drivers: dict[str, Driver] = {}
+        #: The run a call reached last: :meth:`let_go` leaves its journal open for the next
+        #: call, which is nearly always about the same run (one run's logs, however many runs).
+        self.last: str | None = None
 
     def get(self, run_id: str) -> DrivenRun:
+        self.last = run_id
         driven = self.runs.get(run_id)
         if driven is None:
             try:
@@ -497,13 +501,14 @@ class RunRegistry:
 
     def add(self, driven: DrivenRun) -> None:
         self.runs[driven.id] = driven
+        self.last = driven.id
 
     def let_go(self) -> None:
         """Close what the stores hold open for the runs hosts drive (a journal's append log,
         opened again by the next write): between calls an unfinished run keeps only its
-        driver lock."""
+        driver lock, but for the run the last call reached (its next write appends at once)."""
         for driven in list(self.runs.values()):
-            if driven.mode == HOST:
+            if driven.mode == HOST and driven.id != self.last:
                 self.catalog.release(driven.id)
 
     def check_room(self) -> None:
