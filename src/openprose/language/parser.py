@@ -1046,6 +1046,12 @@ class Parses:
         #: by text, whether the text's end, and the span of the last piece's tail: the line
         #: it was read from and its parse (None: it cannot be read on its own)
         self.kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
+        #: for each top-level statement of the last text, in order, a key that names its
+        #: parse whatever lines it was moved by: its piece's and its place in it
+        self.keys: tuple[tuple[object, int], ...] = ()
+        #: the validator's findings on the statements of the last text, by key (see
+        #: validator.validate), checked again only where they may differ
+        self.checked: dict[object, object] = {}
 
     def parse(self, source: str) -> Parsed:
         """What ``compile`` reads of a text: its tree, the parser's diagnostics, its first
@@ -1072,6 +1078,7 @@ class Parses:
             lines.append(lines[-1] + text.count("\n", before, after))
         kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
         out: list[Piece] = []
+        keys: list[tuple[object, int]] = []
         i, last = 0, len(starts) - 1
         while i < last:
             step = 1
@@ -1090,8 +1097,9 @@ class Parses:
                     break
                 step *= 2
             out.append(piece)
+            keys.extend((key, k) for k in range(len(piece.statements)))
             i = j
-        self.kept = kept
+        self.kept, self.keys = kept, tuple(keys)
         return out
 
 

@@ -84,9 +84,13 @@ class Validator(NodeVisitor):
     block parameters); ``in_catch`` whether a bare ``throw`` may re-raise there."""
 
     def __init__(self, program: n.Program, path: str | None, root: Path | None,
-                 declaring: tuple[n.Node, ...] | None = None) -> None:
+                 declaring: tuple[n.Node, ...] | None = None,
+                 keys: tuple[object, ...] | None = None,
+                 checked: dict[object, object] | None = None) -> None:
         self.program = program
         self.declaring = declaring  # nodes.declaring of the program, when known
+        self.keys, self.checked = keys, checked  # see validate
+        self.fresh: dict[object, object] = {}  # this text's findings, for checked
         self.path = path
         self.root = root
         self.diagnostics: list[Diagnostic] = []
@@ -181,13 +185,60 @@ class Validator(NodeVisitor):
     # ------------------------------------------------------------------ pass 2: statements
     def run(self) -> list[Diagnostic]:
         self.collect()
-        self.statements(self.program.body, frozenset(), in_catch=False)
+        if self.keys is None or self.checked is None or any(self.contracts.values()):
+            self.statements(self.program.body, frozenset(), in_catch=False)
+            return self.diagnostics
+        # the definitions every statement's findings depend on (a contract read from a file
+        # may change without the text: those programs are checked in full)
+        found = self.checked
+        definitions = self.definitions()
+        if found.get(None) != definitions:
+            found = {}
+        self.fresh[None] = definitions
+        self.statements(self.program.body, frozenset(), False, found)
+        self.checked.clear()
+        self.checked.update(self.fresh)
         return self.diagnostics
 
-    def statements(self, body: tuple[n.Node, ...], scope: frozenset[str], in_catch: bool) -> None:
+    def definitions(self) -> tuple[object, ...]:
+        """All a top-level statement's findings read of the others: the names and what
+        is known of each, and where the findings go."""
+        return (self.path, self.root, frozenset(self.declared), frozenset(self.lets),
+                frozenset(self.uses), frozenset(self.skills),
+                frozenset((name, agent.property("persist") is None)
+                          for name, agent in self.agents.items()),
+                frozenset((name, block.params) for name, block in self.blocks.items()),
+                frozenset((name, const.span.line, isinstance(getattr(const, "value", None),
+                                                             n.String))
+                          for name, const in self.consts.items()))
+
+    def top(self, stmt: n.Node, key: object, found: dict[object, object]) -> None:
+        """Check a top-level statement, or take the findings kept for its parse: the same
+        text read against the same definitions finds the same (moved with the statement
+        when there are none; its messages may name lines). Kept only from where no earlier
+        statement has bound a program call's result (which the checks read)."""
+        line = stmt.span.line
+        if self.call_results:
+            self.visit(stmt, frozenset(), False)
+            return
+        kept = found.get(key)
+        if kept is not None and (kept[0] == line or not kept[1]):  # type: ignore[index]
+            _, diagnostics, results = kept  # type: ignore[misc]
+            self.diagnostics.extend(diagnostics)
+            self.call_results.update(results)
+        else:
+            start = len(self.diagnostics)
+            self.visit(stmt, frozenset(), False)
+            diagnostics, results = tuple(self.diagnostics[start:]), tuple(
+                self.call_results.items())
+        self.fresh[key] = line, diagnostics, results
+
+    def statements(self, body: tuple[n.Node, ...], scope: frozenset[str], in_catch: bool,
+                   found: dict[object, object] | None = None) -> None:
+        """``found``: the findings kept for the program's top-level statements (``body``)."""
         lets: dict[str, n.Node] = {}
         outputs: dict[str, n.Node] = {}
-        for stmt in body:
+        for i, stmt in enumerate(body):
             if isinstance(stmt, n.Let):
                 for name in _let_names(stmt):
                     if name in lets:
@@ -203,7 +254,10 @@ class Validator(NodeVisitor):
                     self.error("E024", f"output '{stmt.name}' is already declared on line "
                                f"{outputs[stmt.name].span.line}", stmt.span)
                 outputs[stmt.name] = stmt
-            self.visit(stmt, scope, in_catch)
+            if found is None:
+                self.visit(stmt, scope, in_catch)
+            else:
+                self.top(stmt, self.keys[i], found)  # type: ignore[index]
 
     def generic_visit(self, node: n.Node, *args: object, **kwargs: object) -> None:
         return None
@@ -688,11 +742,16 @@ def _declarations(node: n.Node) -> Iterator[tuple[str, n.Node]]:
 
 
 def validate(program: n.Program, path: str | None = None, root: Path | None = None,
-             declaring: tuple[n.Node, ...] | None = None) -> list[Diagnostic]:
+             declaring: tuple[n.Node, ...] | None = None, keys: tuple[object, ...] | None = None,
+             checked: dict[object, object] | None = None) -> list[Diagnostic]:
     """All static diagnostics for ``program`` (parse errors are reported by the parser);
     ``root``: the project the program belongs to (see :func:`import_base`); ``declaring``:
-    its nodes that bind names (:func:`nodes.declaring`), when kept with its parse."""
-    return Validator(program, path, root, declaring).run()
+    its nodes that bind names (:func:`nodes.declaring`), when kept with its parse. ``keys``:
+    a key for each top-level statement naming its parse (parser.Parses.keys), and
+    ``checked``: the findings on the statements of the text checked before, by key,
+    replaced by this text's: a statement whose parse and definitions are unchanged is not
+    checked again."""
+    return Validator(program, path, root, declaring, keys, checked).run()
 
 
 def did_you_mean(name: str, known: Iterable[str], lead: str) -> str:
