@@ -65,3 +65,20 @@ def test_an_edited_text_compiles_as_a_whole_compile_would() -> None:
                 g.excerpt(rng, rng.choice(sources), 8)
             for version in (text, "# lines added above\n\n" + text, text):
                 assert _exact(compile(version, parses=parses)) == _exact(compile(version))
+
+
+def test_findings_kept_for_unchanged_statements_follow_their_definitions() -> None:
+    """The validator's findings on a statement whose parse was kept are kept only while
+    what they read of the rest of the program is unchanged: an agent, const or binding
+    defined or removed elsewhere, a statement whose message names a line moved, a program
+    call's result bound above."""
+    body = ('session: b\n  prompt: "x"\n  prompt: "y"\n\nk = "z"\n\n'
+            'let r = lib(topic: "t")\nsession "{r.findings} {missing}"\n')
+    versions = [body, 'agent b:\n  model: sonnet\n  persist: true\n\n' + body,
+                'agent b:\n  model: sonnet\n\n' + body, "\n\n" + body,
+                'const k = "x"\n' + body, '\n\nconst k = "x"\n' + body,
+                'let missing = "m"\n' + body, 'use "h/s" as lib\n' + body,
+                'use "h/s" as lib\n\n' + body, body + 'resume: b\n  prompt: "again"\n', body]
+    parses = Parses()
+    for version in versions:
+        assert _exact(compile(version, parses=parses)) == _exact(compile(version))
