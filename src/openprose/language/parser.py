@@ -7,7 +7,7 @@ block indented under it) and goes on, so independent problems are all reported i
 
 from __future__ import annotations
 
-import itertools
+import bisect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -1052,6 +1052,12 @@ class Parses:
         #: the validator's findings on the statements of the last text, by key (see
         #: validator.validate), checked again only where they may differ
         self.checked: dict[object, object] = {}
+        #: how the last text was cut: the text, where each statement starts and its line,
+        #: for each piece where it starts (an index into those), its key, its parse and how
+        #: many statements came before it, and where each piece ends
+        self.cut: tuple[str, list[int], list[int],
+                        list[tuple[int, tuple[str, bool, n.Span | None], Piece, int]],
+                        list[int]] = ("", [0], [1], [], [])
 
     def parse(self, source: str) -> Parsed:
         """What ``compile`` reads of a text: its tree, the parser's diagnostics, its first
@@ -1072,14 +1078,22 @@ class Parses:
 
     def pieces(self, source: str) -> list[Piece]:
         text = source.replace("\r\n", "\n").replace("\r", "\n")
-        starts = [0, *(m.start() for m in TOP_LEVEL.finditer(text) if m.start()), len(text)]
-        lines = [1]
-        for before, after in itertools.pairwise(starts[:-1]):
-            lines.append(lines[-1] + text.count("\n", before, after))
-        kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
-        out: list[Piece] = []
-        keys: list[tuple[object, int]] = []
-        i, last = 0, len(starts) - 1
+        old, old_starts, old_lines, old_cut, old_ends = self.cut
+        # the pieces ending well before the first character changed are the last text's, at
+        # the same lines (where a statement starts is decided by the few characters around)
+        m = bisect.bisect_right(old_ends, _common_prefix(old, text) - 16)
+        i = old_cut[m][0] if m else 0
+        starts = old_starts[:i] if i else [0]
+        starts.extend(x.start() for x in TOP_LEVEL.finditer(text, old_starts[i] if i else 1))
+        starts.append(len(text))
+        lines = old_lines[:i] if i else [1]
+        for k in range(len(lines), len(starts) - 1):
+            lines.append(lines[-1] + text.count("\n", starts[k - 1], starts[k]))
+        cut, ends = old_cut[:m], old_ends[:m]
+        out = [c[2] for c in cut]
+        kept = {c[1]: (lines[c[0]], c[2]) for c in cut}
+        keys = list(self.keys[:old_cut[m][3]]) if m else []
+        last = len(starts) - 1
         while i < last:
             step = 1
             tail = out[-1].tail if out else None
@@ -1097,10 +1111,25 @@ class Parses:
                     break
                 step *= 2
             out.append(piece)
+            cut.append((i, key, piece, len(keys)))
+            ends.append(starts[j])
             keys.extend((key, k) for k in range(len(piece.statements)))
             i = j
         self.kept, self.keys = kept, tuple(keys)
+        self.cut = text, starts, lines, cut, ends
         return out
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` begin with in common (compared in halves)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a.startswith(b[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _moved(piece: Piece, lines: int) -> Piece:
