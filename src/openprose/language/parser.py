@@ -1044,7 +1044,8 @@ class Parses:
 
     def __init__(self) -> None:
         #: by text, whether the text's end, and the span of the last piece's tail: the line
-        #: it was read from and its parse (None: it cannot be read on its own)
+        #: it was last read from or moved to and its parse (None: it cannot be read on its
+        #: own), for this text's pieces and some of the texts' before
         self.kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
         #: for each top-level statement of the last text, in order, a key that names its
         #: parse whatever lines it was moved by: its piece's and its place in it
@@ -1091,7 +1092,7 @@ class Parses:
             lines.append(lines[-1] + text.count("\n", starts[k - 1], starts[k]))
         cut, ends = old_cut[:m], old_ends[:m]
         out = [c[2] for c in cut]
-        kept = {c[1]: (lines[c[0]], c[2]) for c in cut}
+        kept = self.kept  # added to; rebuilt from this text's pieces once it has grown
         keys = list(self.keys[:old_cut[m][3]]) if m else []
         last = len(starts) - 1
         while i < last:
@@ -1100,7 +1101,7 @@ class Parses:
             while True:  # widen a piece that cannot be read alone: 1, 2, 4, ... statements
                 j = min(i + step, last)
                 key = (text[starts[i]:starts[j]], j == last, tail and tail.span)
-                line, piece = kept.get(key) or self.kept.get(key) or (0, None)
+                line, piece = kept.get(key) or (0, None)
                 if line != lines[i] and piece is not None and tail is None and \
                         piece.deep is None:
                     piece = _moved(piece, lines[i] - line)  # the same text, moved by an edit
@@ -1115,6 +1116,8 @@ class Parses:
             ends.append(starts[j])
             keys.extend((key, k) for k in range(len(piece.statements)))
             i = j
+        if len(kept) > 2 * len(cut) + 64:
+            kept = {c[1]: (lines[c[0]], c[2]) for c in cut}
         self.kept, self.keys = kept, tuple(keys)
         self.cut = text, starts, lines, cut, ends
         return out

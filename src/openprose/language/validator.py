@@ -39,6 +39,8 @@ SKILL_SOURCE = re.compile(r"^(github:[\w.-]+/[\w.-]+(/[\w./-]*)?|npm:(@[\w.-]+/)
 # Block-scoped bindings are stored as NAME__ID (NAME__ID.md on the filesystem): a name of that
 # shape could be two bindings at once.
 SCOPED_STORAGE_NAME = re.compile(r"^.+__\d+$")
+#: the statements that define what any other may name (see _Definitions)
+DEFINING = (n.AgentDef, n.BlockDef, n.Use, n.ImportSkill)
 USE_PATH = re.compile(r"^(https?://\S+|@?[\w.-]+/[\w./-]+|\.{0,2}/?[\w./-]+\.prose)$")
 
 
@@ -116,7 +118,8 @@ class Validator(NodeVisitor):
         inputs: dict[str, n.Input] = {}
         definitions = _Definitions(self)
         for stmt in self.program.body:
-            definitions.visit(stmt)
+            if isinstance(stmt, DEFINING):
+                definitions.visit(stmt)
         found = self.declaring
         for node in n.declaring(self.program.body) if found is None else found:
             if isinstance(node, n.Input):
@@ -142,7 +145,7 @@ class Validator(NodeVisitor):
                                "for this variable", decl.span)
 
     def check_storage_name(self, name: str, what: str, node: n.Node) -> None:
-        if SCOPED_STORAGE_NAME.match(name):
+        if "__" in name and SCOPED_STORAGE_NAME.match(name):
             self.error("E033", f"{what} '{name}' ends in '__' and digits, the way a block "
                        "call's bindings are stored (NAME__ID): choose another name", node.span)
 
@@ -224,8 +227,10 @@ class Validator(NodeVisitor):
         kept = found.get(key)
         if kept is not None and (kept[0] == line or not kept[1]):  # type: ignore[index]
             _, diagnostics, results = kept  # type: ignore[misc]
-            self.diagnostics.extend(diagnostics)
-            self.call_results.update(results)
+            if diagnostics:
+                self.diagnostics.extend(diagnostics)
+            if results:
+                self.call_results.update(results)
         else:
             start = len(self.diagnostics)
             self.visit(stmt, frozenset(), False)
