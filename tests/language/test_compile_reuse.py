@@ -8,6 +8,7 @@ from pathlib import Path
 import prose_fuzzgen as g
 
 from openprose.language import CompileResult, compile, nodes
+from openprose.language.lexer import Lexer, Token
 from openprose.language.parser import Parses
 
 BROKEN = 'let a = session "unterminated\nlet b = session "fine"\n'
@@ -49,10 +50,21 @@ def _exact(result: CompileResult) -> tuple[object, ...]:
     return tree, result.diagnostics, result.omitted
 
 
+def _whole_lexed(source: str) -> tuple[list[Token], list[nodes.Span]]:
+    lexer = Lexer(source)
+    return lexer.tokenize()[:-1], lexer.comments
+
+
+def _lexed(tokens: list[Token], comments: list[nodes.Span]) -> tuple[object, ...]:
+    """Tokens with the spans of their interpolations (node equality leaves spans out)."""
+    return [(t, [getattr(p, "span", None) for p in t.parts]) for t in tokens], comments
+
+
 def test_an_edited_text_compiles_as_a_whole_compile_would() -> None:
     """An editor's successive versions of a text, compiled with the parses kept between
     them (its unchanged statements not read again, or moved when lines were added above),
-    give exactly a fresh compile's result, spans included: corpus programs edited by the
+    give exactly a fresh compile's result, spans included (and the text's tokens, whose
+    moves are made only when asked for, exactly the whole text's): corpus programs edited by the
     fuzzer's mutations, one after another (strings and brackets left open, lines swapped,
     indentation broken, ...)."""
     rng = random.Random(33)
@@ -65,6 +77,8 @@ def test_an_edited_text_compiles_as_a_whole_compile_would() -> None:
                 g.excerpt(rng, rng.choice(sources), 8)
             for version in (text, "# lines added above\n\n" + text, text):
                 assert _exact(compile(version, parses=parses)) == _exact(compile(version))
+                if version is not text:  # its statements moved: their tokens moved when asked
+                    assert _lexed(*parses.lexed(version)) == _lexed(*_whole_lexed(version))
 
 
 def test_findings_kept_for_unchanged_statements_follow_their_definitions() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn, TypeVar
 
 from openprose.errors import OpenProseError
@@ -1033,6 +1033,9 @@ class Piece:
     #: its last token when a triple-quoted string: a failure right after it, in the next
     #: piece, is reported as a nested triple quote (see Parser.nested_triple)
     tail: Token | None
+    #: how many lines its tokens and comments are to be moved by: moved only when asked for
+    #: (Parses.lexed), as a change rarely needs them
+    shift: int = 0
 
 
 class Parses:
@@ -1074,8 +1077,18 @@ class Parses:
 
     def lexed(self, source: str) -> tuple[list[Token], list[n.Span]]:
         """The tokens and comments of the text (its end of text left out)."""
-        pieces = self.pieces(source)
-        return [t for p in pieces for t in p.tokens], [c for p in pieces for c in p.comments]
+        self.pieces(source)
+        cut = self.cut[3]
+        for k, (i, key, piece, count) in enumerate(cut):
+            if piece.shift:  # its tokens moved now, and kept so
+                settled = replace(piece, tokens=tuple(_moved_token(t, piece.shift)
+                                                      for t in piece.tokens),
+                                  comments=tuple(n.moved_span(c, piece.shift)
+                                                 for c in piece.comments), shift=0)
+                cut[k] = i, key, settled, count
+                if self.kept.get(key, (0, None))[1] is piece:
+                    self.kept[key] = self.kept[key][0], settled
+        return [t for c in cut for t in c[2].tokens], [x for c in cut for x in c[2].comments]
 
     def pieces(self, source: str) -> list[Piece]:
         text = source.replace("\r\n", "\n").replace("\r", "\n")
@@ -1135,21 +1148,22 @@ def _common_prefix(a: str, b: str) -> int:
     return lo
 
 
-def _moved(piece: Piece, lines: int) -> Piece:
-    def token(t: Token) -> Token:
-        return Token(t.kind, t.value, n.moved_span(t.span, lines),
-                     tuple(p if isinstance(p, str) else n.moved(p, lines) for p in t.parts),
-                     t.triple, t.multiline)
+def _moved_token(t: Token, lines: int) -> Token:
+    return Token(t.kind, t.value, n.moved_span(t.span, lines),
+                 tuple(p if isinstance(p, str) else n.moved(p, lines) for p in t.parts),
+                 t.triple, t.multiline)
 
+
+def _moved(piece: Piece, lines: int) -> Piece:
     def diagnostic(d: Diagnostic) -> Diagnostic:
         return Diagnostic(d.code, d.message, n.moved_span(d.span, lines), d.severity, d.file)
 
     statements = tuple(n.moved(s, lines) for s in piece.statements)
     return Piece(statements, tuple(map(diagnostic, piece.lexed)),
-                 tuple(map(diagnostic, piece.parsed)), tuple(map(token, piece.tokens)),
-                 tuple(n.moved_span(c, lines) for c in piece.comments),
+                 tuple(map(diagnostic, piece.parsed)), piece.tokens, piece.comments,
                  n.moved_span(piece.start, lines), n.moved_span(piece.end, lines), None,
-                 n.declaring(statements), token(piece.tail) if piece.tail else None)
+                 n.declaring(statements),
+                 _moved_token(piece.tail, lines) if piece.tail else None, piece.shift + lines)
 
 
 def _piece(text: str, line: int, next_line: int | None, after: Token | None
