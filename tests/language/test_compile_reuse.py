@@ -98,12 +98,19 @@ def test_findings_kept_for_unchanged_statements_follow_their_definitions() -> No
         assert _exact(compile(version, parses=parses)) == _exact(compile(version))
 
 
-def test_an_edit_at_a_statements_first_word_cuts_the_text_again() -> None:
-    """Whether a line starts a statement is decided by its first word (``else`` does not):
-    an edit there, however near the end of the text before it, changes how the text is cut."""
+def test_an_edit_near_where_a_statement_starts_cuts_the_text_again() -> None:
+    """Whether a line starts a statement is decided by its first word (``else`` does not)
+    and the line break before it: an edit there, however near the text kept before or
+    after it, changes how the text is cut."""
     parses = Parses()
     for version in ('let a = 1\nif a:\n  session "x"\nelsewhere = 2\n',
                     'let a = 1\nif a:\n  session "x"\nelse:\n  session "y"\n',
                     'let a = 1\nif a:\n  session "x"\nelsewhere = 2\n',
-                    'let a = 1\nif a:\n  session "x"\n\nelse:\n  session "y"\n'):
+                    'let a = 1\nif a:\n  session "x"\n\nelse:\n  session "y"\n',
+                    'let a = 1\nlet b = 2\nlet c = 3\nsession "{c}"\n',
+                    'let a = 1\nlet b = 4\nlet c = 3\nsession "{c}"\n',
+                    'let\na = 1 let b = 4\nlet c = 3\nsession "{c}"\n',
+                    'let a = 1\nlet b = 4\nlet c = 3\nsession "{c}"\n',
+                    'let a = 1\nif a:\n  session "x"\nlet b = 4\nlet c = 3\nsession "{c}"\n',
+                    'let a = 1\nif a:\n  session "x"\nelse:\n  let c = 3\nsession "{c}"\n'):
         assert _exact(compile(version, parses=parses)) == _exact(compile(version))

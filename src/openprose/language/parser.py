@@ -8,6 +8,7 @@ block indented under it) and goes on, so independent problems are all reported i
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -1095,14 +1096,31 @@ class Parses:
         old, old_starts, old_lines, old_cut, old_ends = self.cut
         # the pieces ending well before the first character changed are the last text's, at
         # the same lines (where a statement starts is decided by the few characters around)
-        m = bisect.bisect_right(old_ends, _common_prefix(old, text) - 16)
+        same = _common_prefix(old, text)
+        m = bisect.bisect_right(old_ends, same - 16)
         i = old_cut[m][0] if m else 0
+        # and the pieces starting well after the last character changed (``r`` on), the
+        # same text, moved by ``offset`` characters (and ``moved`` lines)
+        r = bisect.bisect_left(old_ends, len(old) - _common_suffix(
+            old, text, min(len(old), len(text)) - same) + 16) + 1
+        offset, shared = len(text) - len(old), None
         starts = old_starts[:i] if i else [0]
-        starts.extend(x.start() for x in TOP_LEVEL.finditer(text, old_starts[i] if i else 1))
+        found = (x.start() for x in TOP_LEVEL.finditer(text, old_starts[i] if i else 1))
+        if r < len(old_cut):
+            start = old_starts[old_cut[r][0]] + offset
+            starts.extend(itertools.takewhile(lambda x: x < start, found))
+            shared = len(starts)
+            starts.extend(x + offset for x in old_starts[old_cut[r][0]:-1])
+        else:
+            starts.extend(found)
         starts.append(len(text))
         lines = old_lines[:i] if i else [1]
-        for k in range(len(lines), len(starts) - 1):
+        for k in range(len(lines), len(starts) - 1 if shared is None else shared + 1):
             lines.append(lines[-1] + text.count("\n", starts[k - 1], starts[k]))
+        moved = 0
+        if shared is not None:
+            moved = lines[-1] - old_lines[old_cut[r][0]]
+            lines.extend(x + moved for x in old_lines[old_cut[r][0] + 1:])
         cut, ends = old_cut[:m], old_ends[:m]
         out = [c[2] for c in cut]
         kept = self.kept  # added to; rebuilt from this text's pieces once it has grown
@@ -1111,6 +1129,15 @@ class Parses:
         while i < last:
             step = 1
             tail = out[-1].tail if out else None
+            if i == shared and not moved and tail is None and old_cut[r][1][2] is None:
+                # read from here on as before (the same keys): the last text's pieces
+                before, first = len(keys) - old_cut[r][3], old_cut[r][0]
+                cut.extend((k - first + i, key, piece, count + before)
+                           for k, key, piece, count in old_cut[r:])
+                out.extend(c[2] for c in old_cut[r:])
+                ends.extend(e + offset for e in old_ends[r:])
+                keys.extend(self.keys[old_cut[r][3]:])
+                break
             while True:  # widen a piece that cannot be read alone: 1, 2, 4, ... statements
                 j = min(i + step, last)
                 key = (text[starts[i]:starts[j]], j == last, tail and tail.span)
@@ -1134,6 +1161,18 @@ class Parses:
         self.kept, self.keys = kept, tuple(keys)
         self.cut = text, starts, lines, cut, ends
         return out
+
+
+def _common_suffix(a: str, b: str, most: int) -> int:
+    """How many characters, at most ``most``, ``a`` and ``b`` end with in common."""
+    lo, hi = 0, most
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a.startswith(b[len(b) - mid:len(b) - lo], len(a) - mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _common_prefix(a: str, b: str) -> int:
