@@ -112,5 +112,8 @@ def test_an_edit_near_where_a_statement_starts_cuts_the_text_again() -> None:
                     'let\na = 1 let b = 4\nlet c = 3\nsession "{c}"\n',
                     'let a = 1\nlet b = 4\nlet c = 3\nsession "{c}"\n',
                     'let a = 1\nif a:\n  session "x"\nlet b = 4\nlet c = 3\nsession "{c}"\n',
-                    'let a = 1\nif a:\n  session "x"\nelse:\n  let c = 3\nsession "{c}"\n'):
+                    'let a = 1\nif a:\n  session "x"\nelse:\n  let c = 3\nsession "{c}"\n',
+                    'let a = 1\nlet b = 2\nlet c = 3\nlet d = 4\nsession "{d}"\n',
+                    f'let a = 1\nlet b = "{"words " * 10}"\nlet c = 3\nlet d = 4\nsession "{{d}}"\n',
+                    f'let a = 1\nlet b = "{"words " * 10}"\nlet c = 3\nlet d = 4\nsession "{{d}} {{e}}"\n'):
         assert _exact(compile(version, parses=parses)) == _exact(compile(version))
