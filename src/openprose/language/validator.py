@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 from openprose.language import nodes as n
@@ -121,7 +121,14 @@ class Validator(NodeVisitor):
             if isinstance(stmt, DEFINING):
                 definitions.visit(stmt)
         found = self.declaring
+        declared, lets, consts, agents = self.declared, self.lets, self.consts, self.agents
         for node in n.declaring(self.program.body) if found is None else found:
+            if isinstance(node, n.Let):  # the names it binds, and how
+                names, kind = _let_names(node), node.kind
+            elif node.name:  # an output, input or parallel branch
+                names, kind = (node.name,), None
+            else:
+                names, kind = (), None
             if isinstance(node, n.Input):
                 if not node.name:
                     self.error("E020", "input needs a name: input NAME: \"description\"", node.span)
@@ -133,16 +140,16 @@ class Validator(NodeVisitor):
                 if isinstance(node.prompt, n.String) and not node.prompt.text.strip():
                     self.warn("W016", f"input '{node.name}' has an empty description; say what "
                               "value the caller should give", node.prompt.span)
-            for name, decl in _declarations(node):
-                self.declared.add(name)
-                self.check_storage_name(name, "variable", decl)
-                if isinstance(decl, n.Let) and decl.kind == "const":
-                    self.consts.setdefault(name, decl)
-                elif isinstance(decl, n.Let):
-                    self.lets.add(name)
-                if name in self.agents:
+            for name in names:
+                declared.add(name)
+                self.check_storage_name(name, "variable", node)
+                if kind == "const":
+                    consts.setdefault(name, node)
+                elif kind is not None:
+                    lets.add(name)
+                if name in agents:
                     self.error("E031", f"'{name}' is the name of an agent; choose another name "
-                               "for this variable", decl.span)
+                               "for this variable", node.span)
 
     def check_storage_name(self, name: str, what: str, node: n.Node) -> None:
         if "__" in name and SCOPED_STORAGE_NAME.match(name):
@@ -736,14 +743,6 @@ def _word(value: n.Node | n.PropertyBlock) -> str | None:
 
 def _let_names(stmt: n.Let) -> tuple[str, ...]:
     return stmt.target.names if isinstance(stmt.target, n.Destructure) else (stmt.target,)
-
-
-def _declarations(node: n.Node) -> Iterator[tuple[str, n.Node]]:
-    if isinstance(node, n.Let):
-        for name in _let_names(node):
-            yield name, node
-    elif isinstance(node, n.Output | n.Input | n.Branch) and node.name:
-        yield node.name, node
 
 
 def validate(program: n.Program, path: str | None = None, root: Path | None = None,
