@@ -9,6 +9,7 @@ import prose_fuzzgen as g
 
 from openprose.language import CompileResult, compile, nodes
 from openprose.language.analysis import analyze
+from openprose.language.lexer import Lexer, Token
 from openprose.language.parser import Parses
 
 BROKEN = 'let a = session "unterminated\nlet b = session "fine"\n'
@@ -50,10 +51,21 @@ def _exact(result: CompileResult) -> tuple[object, ...]:
     return tree, result.diagnostics, result.omitted
 
 
+def _whole_lexed(source: str) -> tuple[list[Token], list[nodes.Span]]:
+    lexer = Lexer(source)
+    return lexer.tokenize()[:-1], lexer.comments
+
+
+def _lexed(tokens: list[Token], comments: list[nodes.Span]) -> tuple[object, ...]:
+    """Tokens with the spans of their interpolations (node equality leaves spans out)."""
+    return [(t, [getattr(p, "span", None) for p in t.parts]) for t in tokens], comments
+
+
 def test_an_edited_text_compiles_as_a_whole_compile_would() -> None:
     """An editor's successive versions of a text, compiled with the parses kept between
     them (its unchanged statements not read again, or moved when lines were added above),
-    give exactly a fresh compile's result, spans included: corpus programs edited by the
+    give exactly a fresh compile's result, spans included (and the text's tokens, whose
+    moves are made only when asked for, exactly the whole text's): corpus programs edited by the
     fuzzer's mutations, one after another (strings and brackets left open, lines swapped,
     indentation broken, ...)."""
     rng = random.Random(33)
@@ -66,6 +78,46 @@ def test_an_edited_text_compiles_as_a_whole_compile_would() -> None:
                 g.excerpt(rng, rng.choice(sources), 8)
             for version in (text, "# lines added above\n\n" + text, text):
                 assert _exact(compile(version, parses=parses)) == _exact(compile(version))
+                if version is not text:  # its statements moved: their tokens moved when asked
+                    assert _lexed(*parses.lexed(version)) == _lexed(*_whole_lexed(version))
+
+
+def test_findings_kept_for_unchanged_statements_follow_their_definitions() -> None:
+    """The validator's findings on a statement whose parse was kept are kept only while
+    what they read of the rest of the program is unchanged: an agent, const or binding
+    defined or removed elsewhere, a statement whose message names a line moved, a program
+    call's result bound above."""
+    body = ('session: b\n  prompt: "x"\n  prompt: "y"\n\nk = "z"\n\n'
+            'let r = lib(topic: "t")\nsession "{r.findings} {missing}"\n')
+    versions = [body, 'agent b:\n  model: sonnet\n  persist: true\n\n' + body,
+                'agent b:\n  model: sonnet\n\n' + body, "\n\n" + body,
+                'const k = "x"\n' + body, '\n\nconst k = "x"\n' + body,
+                'let missing = "m"\n' + body, 'use "h/s" as lib\n' + body,
+                'use "h/s" as lib\n\n' + body, body + 'resume: b\n  prompt: "again"\n', body]
+    parses = Parses()
+    for version in versions:
+        assert _exact(compile(version, parses=parses)) == _exact(compile(version))
+
+
+def test_an_edit_near_where_a_statement_starts_cuts_the_text_again() -> None:
+    """Whether a line starts a statement is decided by its first word (``else`` does not)
+    and the line break before it: an edit there, however near the text kept before or
+    after it, changes how the text is cut."""
+    parses = Parses()
+    for version in ('let a = 1\nif a:\n  session "x"\nelsewhere = 2\n',
+                    'let a = 1\nif a:\n  session "x"\nelse:\n  session "y"\n',
+                    'let a = 1\nif a:\n  session "x"\nelsewhere = 2\n',
+                    'let a = 1\nif a:\n  session "x"\n\nelse:\n  session "y"\n',
+                    'let a = 1\nlet b = 2\nlet c = 3\nsession "{c}"\n',
+                    'let a = 1\nlet b = 4\nlet c = 3\nsession "{c}"\n',
+                    'let\na = 1 let b = 4\nlet c = 3\nsession "{c}"\n',
+                    'let a = 1\nlet b = 4\nlet c = 3\nsession "{c}"\n',
+                    'let a = 1\nif a:\n  session "x"\nlet b = 4\nlet c = 3\nsession "{c}"\n',
+                    'let a = 1\nif a:\n  session "x"\nelse:\n  let c = 3\nsession "{c}"\n',
+                    'let a = 1\nlet b = 2\nlet c = 3\nlet d = 4\nsession "{d}"\n',
+                    f'let a = 1\nlet b = "{"words " * 10}"\nlet c = 3\nlet d = 4\nsession "{{d}}"\n',
+                    f'let a = 1\nlet b = "{"words " * 10}"\nlet c = 3\nlet d = 4\nsession "{{d}} {{e}}"\n'):
+        assert _exact(compile(version, parses=parses)) == _exact(compile(version))
 
 
 def test_a_program_is_analysed_once() -> None:

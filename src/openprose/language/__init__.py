@@ -84,7 +84,8 @@ def compile(source: str, path: str | None = None, *, root: Path | None = None,
                 too_deep = _too_deep(deep, path)
                 kept = _capped([*diagnostics, too_deep])
                 return CompileResult(None, kept, source, path, len(diagnostics) + 1 - len(kept))
-            diagnostics.extend(validate(program, path, root, declaring))
+            diagnostics.extend(validate(program, path, root, declaring, *(
+                (parses.keys, parses.checked) if parses is not None else ())))
     except RecursionError:  # a last line of defence; the parser bounds nesting itself
         span = nodes.Span(1, 1, 1, 1)
         message = "program is nested too deeply to process"

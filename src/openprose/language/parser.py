@@ -7,10 +7,11 @@ block indented under it) and goes on, so independent problems are all reported i
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn, TypeVar
 
 from openprose.errors import OpenProseError
@@ -1033,6 +1034,9 @@ class Piece:
     #: its last token when a triple-quoted string: a failure right after it, in the next
     #: piece, is reported as a nested triple quote (see Parser.nested_triple)
     tail: Token | None
+    #: how many lines its tokens and comments are to be moved by: moved only when asked for
+    #: (Parses.lexed), as a change rarely needs them
+    shift: int = 0
 
 
 class Parses:
@@ -1044,8 +1048,21 @@ class Parses:
 
     def __init__(self) -> None:
         #: by text, whether the text's end, and the span of the last piece's tail: the line
-        #: it was read from and its parse (None: it cannot be read on its own)
+        #: it was last read from or moved to and its parse (None: it cannot be read on its
+        #: own), for this text's pieces and some of the texts' before
         self.kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
+        #: for each top-level statement of the last text, in order, a key that names its
+        #: parse whatever lines it was moved by: its piece's and its place in it
+        self.keys: tuple[tuple[object, int], ...] = ()
+        #: the validator's findings on the statements of the last text, by key (see
+        #: validator.validate), checked again only where they may differ
+        self.checked: dict[object, object] = {}
+        #: how the last text was cut: the text, where each statement starts and its line,
+        #: for each piece where it starts (an index into those), its key, its parse and how
+        #: many statements came before it, and where each piece ends
+        self.cut: tuple[str, list[int], list[int],
+                        list[tuple[int, tuple[str, bool, n.Span | None], Piece, int]],
+                        list[int]] = ("", [0], [1], [], [])
 
     def parse(self, source: str) -> Parsed:
         """What ``compile`` reads of a text: its tree, the parser's diagnostics, its first
@@ -1061,25 +1078,70 @@ class Parses:
 
     def lexed(self, source: str) -> tuple[list[Token], list[n.Span]]:
         """The tokens and comments of the text (its end of text left out)."""
-        pieces = self.pieces(source)
-        return [t for p in pieces for t in p.tokens], [c for p in pieces for c in p.comments]
+        self.pieces(source)
+        cut = self.cut[3]
+        for k, (i, key, piece, count) in enumerate(cut):
+            if piece.shift:  # its tokens moved now, and kept so
+                settled = replace(piece, tokens=tuple(_moved_token(t, piece.shift)
+                                                      for t in piece.tokens),
+                                  comments=tuple(n.moved_span(c, piece.shift)
+                                                 for c in piece.comments), shift=0)
+                cut[k] = i, key, settled, count
+                if self.kept.get(key, (0, None))[1] is piece:
+                    self.kept[key] = self.kept[key][0], settled
+        return [t for c in cut for t in c[2].tokens], [x for c in cut for x in c[2].comments]
 
     def pieces(self, source: str) -> list[Piece]:
         text = source.replace("\r\n", "\n").replace("\r", "\n")
-        starts = [0, *(m.start() for m in TOP_LEVEL.finditer(text) if m.start()), len(text)]
-        lines = [1]
-        for before, after in itertools.pairwise(starts[:-1]):
-            lines.append(lines[-1] + text.count("\n", before, after))
-        kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
-        out: list[Piece] = []
-        i, last = 0, len(starts) - 1
+        old, old_starts, old_lines, old_cut, old_ends = self.cut
+        # the pieces ending well before the first character changed are the last text's, at
+        # the same lines (where a statement starts is decided by the few characters around)
+        same = _common_prefix(old, text)
+        m = bisect.bisect_right(old_ends, same - 16)
+        i = old_cut[m][0] if m else 0
+        # and the pieces starting well after the last character changed (``r`` on), the
+        # same text, moved by ``offset`` characters (and ``moved`` lines)
+        r = bisect.bisect_left(old_ends, len(old) - _common_suffix(
+            old, text, min(len(old), len(text)) - same) + 16) + 1
+        offset, shared = len(text) - len(old), None
+        starts = old_starts[:i] if i else [0]
+        found = (x.start() for x in TOP_LEVEL.finditer(text, old_starts[i] if i else 1))
+        if r < len(old_cut):
+            start = old_starts[old_cut[r][0]] + offset
+            starts.extend(itertools.takewhile(lambda x: x < start, found))
+            shared = len(starts)
+            starts.extend(x + offset for x in old_starts[old_cut[r][0]:-1])
+        else:
+            starts.extend(found)
+        starts.append(len(text))
+        lines = old_lines[:i] if i else [1]
+        for k in range(len(lines), len(starts) - 1 if shared is None else shared + 1):
+            lines.append(lines[-1] + text.count("\n", starts[k - 1], starts[k]))
+        moved = 0
+        if shared is not None:
+            moved = lines[-1] - old_lines[old_cut[r][0]]
+            lines.extend(x + moved for x in old_lines[old_cut[r][0] + 1:])
+        cut, ends = old_cut[:m], old_ends[:m]
+        out = [c[2] for c in cut]
+        kept = self.kept  # added to; rebuilt from this text's pieces once it has grown
+        keys = list(self.keys[:old_cut[m][3]]) if m else []
+        last = len(starts) - 1
         while i < last:
             step = 1
             tail = out[-1].tail if out else None
+            if i == shared and not moved and tail is None and old_cut[r][1][2] is None:
+                # read from here on as before (the same keys): the last text's pieces
+                before, first = len(keys) - old_cut[r][3], old_cut[r][0]
+                cut.extend((k - first + i, key, piece, count + before)
+                           for k, key, piece, count in old_cut[r:])
+                out.extend(c[2] for c in old_cut[r:])
+                ends.extend(e + offset for e in old_ends[r:])
+                keys.extend(self.keys[old_cut[r][3]:])
+                break
             while True:  # widen a piece that cannot be read alone: 1, 2, 4, ... statements
                 j = min(i + step, last)
                 key = (text[starts[i]:starts[j]], j == last, tail and tail.span)
-                line, piece = kept.get(key) or self.kept.get(key) or (0, None)
+                line, piece = kept.get(key) or (0, None)
                 if line != lines[i] and piece is not None and tail is None and \
                         piece.deep is None:
                     piece = _moved(piece, lines[i] - line)  # the same text, moved by an edit
@@ -1090,26 +1152,57 @@ class Parses:
                     break
                 step *= 2
             out.append(piece)
+            cut.append((i, key, piece, len(keys)))
+            ends.append(starts[j])
+            keys.extend((key, k) for k in range(len(piece.statements)))
             i = j
-        self.kept = kept
+        if len(kept) > 2 * len(cut) + 64:
+            kept = {c[1]: (lines[c[0]], c[2]) for c in cut}
+        self.kept, self.keys = kept, tuple(keys)
+        self.cut = text, starts, lines, cut, ends
         return out
 
 
-def _moved(piece: Piece, lines: int) -> Piece:
-    def token(t: Token) -> Token:
-        return Token(t.kind, t.value, n.moved_span(t.span, lines),
-                     tuple(p if isinstance(p, str) else n.moved(p, lines) for p in t.parts),
-                     t.triple, t.multiline)
+def _common_suffix(a: str, b: str, most: int) -> int:
+    """How many characters, at most ``most``, ``a`` and ``b`` end with in common."""
+    lo, hi = 0, most
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a.startswith(b[len(b) - mid:len(b) - lo], len(a) - mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` begin with in common (compared in halves)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a.startswith(b[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _moved_token(t: Token, lines: int) -> Token:
+    return Token(t.kind, t.value, n.moved_span(t.span, lines),
+                 tuple(p if isinstance(p, str) else n.moved(p, lines) for p in t.parts),
+                 t.triple, t.multiline)
+
+
+def _moved(piece: Piece, lines: int) -> Piece:
     def diagnostic(d: Diagnostic) -> Diagnostic:
         return Diagnostic(d.code, d.message, n.moved_span(d.span, lines), d.severity, d.file)
 
     statements = tuple(n.moved(s, lines) for s in piece.statements)
     return Piece(statements, tuple(map(diagnostic, piece.lexed)),
-                 tuple(map(diagnostic, piece.parsed)), tuple(map(token, piece.tokens)),
-                 tuple(n.moved_span(c, lines) for c in piece.comments),
+                 tuple(map(diagnostic, piece.parsed)), piece.tokens, piece.comments,
                  n.moved_span(piece.start, lines), n.moved_span(piece.end, lines), None,
-                 n.declaring(statements), token(piece.tail) if piece.tail else None)
+                 n.declaring(statements),
+                 _moved_token(piece.tail, lines) if piece.tail else None, piece.shift + lines)
 
 
 def _piece(text: str, line: int, next_line: int | None, after: Token | None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 from openprose.language import nodes as n
@@ -39,6 +39,8 @@ SKILL_SOURCE = re.compile(r"^(github:[\w.-]+/[\w.-]+(/[\w./-]*)?|npm:(@[\w.-]+/)
 # Block-scoped bindings are stored as NAME__ID (NAME__ID.md on the filesystem): a name of that
 # shape could be two bindings at once.
 SCOPED_STORAGE_NAME = re.compile(r"^.+__\d+$")
+#: the statements that define what any other may name (see _Definitions)
+DEFINING = (n.AgentDef, n.BlockDef, n.Use, n.ImportSkill)
 USE_PATH = re.compile(r"^(https?://\S+|@?[\w.-]+/[\w./-]+|\.{0,2}/?[\w./-]+\.prose)$")
 
 
@@ -84,9 +86,13 @@ class Validator(NodeVisitor):
     block parameters); ``in_catch`` whether a bare ``throw`` may re-raise there."""
 
     def __init__(self, program: n.Program, path: str | None, root: Path | None,
-                 declaring: tuple[n.Node, ...] | None = None) -> None:
+                 declaring: tuple[n.Node, ...] | None = None,
+                 keys: tuple[object, ...] | None = None,
+                 checked: dict[object, object] | None = None) -> None:
         self.program = program
         self.declaring = declaring  # nodes.declaring of the program, when known
+        self.keys, self.checked = keys, checked  # see validate
+        self.fresh: dict[object, object] = {}  # this text's findings, for checked
         self.path = path
         self.root = root
         self.diagnostics: list[Diagnostic] = []
@@ -112,9 +118,17 @@ class Validator(NodeVisitor):
         inputs: dict[str, n.Input] = {}
         definitions = _Definitions(self)
         for stmt in self.program.body:
-            definitions.visit(stmt)
+            if isinstance(stmt, DEFINING):
+                definitions.visit(stmt)
         found = self.declaring
+        declared, lets, consts, agents = self.declared, self.lets, self.consts, self.agents
         for node in n.declaring(self.program.body) if found is None else found:
+            if isinstance(node, n.Let):  # the names it binds, and how
+                names, kind = _let_names(node), node.kind
+            elif node.name:  # an output, input or parallel branch
+                names, kind = (node.name,), None
+            else:
+                names, kind = (), None
             if isinstance(node, n.Input):
                 if not node.name:
                     self.error("E020", "input needs a name: input NAME: \"description\"", node.span)
@@ -126,19 +140,19 @@ class Validator(NodeVisitor):
                 if isinstance(node.prompt, n.String) and not node.prompt.text.strip():
                     self.warn("W016", f"input '{node.name}' has an empty description; say what "
                               "value the caller should give", node.prompt.span)
-            for name, decl in _declarations(node):
-                self.declared.add(name)
-                self.check_storage_name(name, "variable", decl)
-                if isinstance(decl, n.Let) and decl.kind == "const":
-                    self.consts.setdefault(name, decl)
-                elif isinstance(decl, n.Let):
-                    self.lets.add(name)
-                if name in self.agents:
+            for name in names:
+                declared.add(name)
+                self.check_storage_name(name, "variable", node)
+                if kind == "const":
+                    consts.setdefault(name, node)
+                elif kind is not None:
+                    lets.add(name)
+                if name in agents:
                     self.error("E031", f"'{name}' is the name of an agent; choose another name "
-                               "for this variable", decl.span)
+                               "for this variable", node.span)
 
     def check_storage_name(self, name: str, what: str, node: n.Node) -> None:
-        if SCOPED_STORAGE_NAME.match(name):
+        if "__" in name and SCOPED_STORAGE_NAME.match(name):
             self.error("E033", f"{what} '{name}' ends in '__' and digits, the way a block "
                        "call's bindings are stored (NAME__ID): choose another name", node.span)
 
@@ -181,13 +195,62 @@ class Validator(NodeVisitor):
     # ------------------------------------------------------------------ pass 2: statements
     def run(self) -> list[Diagnostic]:
         self.collect()
-        self.statements(self.program.body, frozenset(), in_catch=False)
+        if self.keys is None or self.checked is None or any(self.contracts.values()):
+            self.statements(self.program.body, frozenset(), in_catch=False)
+            return self.diagnostics
+        # the definitions every statement's findings depend on (a contract read from a file
+        # may change without the text: those programs are checked in full)
+        found = self.checked
+        definitions = self.definitions()
+        if found.get(None) != definitions:
+            found = {}
+        self.fresh[None] = definitions
+        self.statements(self.program.body, frozenset(), False, found)
+        self.checked.clear()
+        self.checked.update(self.fresh)
         return self.diagnostics
 
-    def statements(self, body: tuple[n.Node, ...], scope: frozenset[str], in_catch: bool) -> None:
+    def definitions(self) -> tuple[object, ...]:
+        """All a top-level statement's findings read of the others: the names and what
+        is known of each, and where the findings go."""
+        return (self.path, self.root, frozenset(self.declared), frozenset(self.lets),
+                frozenset(self.uses), frozenset(self.skills),
+                frozenset((name, agent.property("persist") is None)
+                          for name, agent in self.agents.items()),
+                frozenset((name, block.params) for name, block in self.blocks.items()),
+                frozenset((name, const.span.line, isinstance(getattr(const, "value", None),
+                                                             n.String))
+                          for name, const in self.consts.items()))
+
+    def top(self, stmt: n.Node, key: object, found: dict[object, object]) -> None:
+        """Check a top-level statement, or take the findings kept for its parse: the same
+        text read against the same definitions finds the same (moved with the statement
+        when there are none; its messages may name lines). Kept only from where no earlier
+        statement has bound a program call's result (which the checks read)."""
+        line = stmt.span.line
+        if self.call_results:
+            self.visit(stmt, frozenset(), False)
+            return
+        kept = found.get(key)
+        if kept is not None and (kept[0] == line or not kept[1]):  # type: ignore[index]
+            _, diagnostics, results = kept  # type: ignore[misc]
+            if diagnostics:
+                self.diagnostics.extend(diagnostics)
+            if results:
+                self.call_results.update(results)
+        else:
+            start = len(self.diagnostics)
+            self.visit(stmt, frozenset(), False)
+            diagnostics, results = tuple(self.diagnostics[start:]), tuple(
+                self.call_results.items())
+        self.fresh[key] = line, diagnostics, results
+
+    def statements(self, body: tuple[n.Node, ...], scope: frozenset[str], in_catch: bool,
+                   found: dict[object, object] | None = None) -> None:
+        """``found``: the findings kept for the program's top-level statements (``body``)."""
         lets: dict[str, n.Node] = {}
         outputs: dict[str, n.Node] = {}
-        for stmt in body:
+        for i, stmt in enumerate(body):
             if isinstance(stmt, n.Let):
                 for name in _let_names(stmt):
                     if name in lets:
@@ -203,7 +266,10 @@ class Validator(NodeVisitor):
                     self.error("E024", f"output '{stmt.name}' is already declared on line "
                                f"{outputs[stmt.name].span.line}", stmt.span)
                 outputs[stmt.name] = stmt
-            self.visit(stmt, scope, in_catch)
+            if found is None:
+                self.visit(stmt, scope, in_catch)
+            else:
+                self.top(stmt, self.keys[i], found)  # type: ignore[index]
 
     def generic_visit(self, node: n.Node, *args: object, **kwargs: object) -> None:
         return None
@@ -679,20 +745,17 @@ def _let_names(stmt: n.Let) -> tuple[str, ...]:
     return stmt.target.names if isinstance(stmt.target, n.Destructure) else (stmt.target,)
 
 
-def _declarations(node: n.Node) -> Iterator[tuple[str, n.Node]]:
-    if isinstance(node, n.Let):
-        for name in _let_names(node):
-            yield name, node
-    elif isinstance(node, n.Output | n.Input | n.Branch) and node.name:
-        yield node.name, node
-
-
 def validate(program: n.Program, path: str | None = None, root: Path | None = None,
-             declaring: tuple[n.Node, ...] | None = None) -> list[Diagnostic]:
+             declaring: tuple[n.Node, ...] | None = None, keys: tuple[object, ...] | None = None,
+             checked: dict[object, object] | None = None) -> list[Diagnostic]:
     """All static diagnostics for ``program`` (parse errors are reported by the parser);
     ``root``: the project the program belongs to (see :func:`import_base`); ``declaring``:
-    its nodes that bind names (:func:`nodes.declaring`), when kept with its parse."""
-    return Validator(program, path, root, declaring).run()
+    its nodes that bind names (:func:`nodes.declaring`), when kept with its parse. ``keys``:
+    a key for each top-level statement naming its parse (parser.Parses.keys), and
+    ``checked``: the findings on the statements of the text checked before, by key,
+    replaced by this text's: a statement whose parse and definitions are unchanged is not
+    checked again."""
+    return Validator(program, path, root, declaring, keys, checked).run()
 
 
 def did_you_mean(name: str, known: Iterable[str], lead: str) -> str:
