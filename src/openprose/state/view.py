@@ -24,7 +24,13 @@ from openprose.state.models import (
     Usage,
     final_result,
 )
-from openprose.state.program_map import Enclosing, Placed, driver_path, program_map
+from openprose.state.program_map import (
+    Enclosing,
+    Placed,
+    ProgramMap,
+    driver_path,
+    program_map,
+)
 
 if TYPE_CHECKING:
     from openprose.state.store import Run, StateStore
@@ -115,6 +121,9 @@ class RunView:
     #: The latest record of each ``run:`` key (how the run was driven, its inputs) and of
     #: :data:`CHECKER_KEY`.
     notes: dict[str, JournalEntry] = field(default_factory=dict)
+    #: The lines of the program's session statements as the digest has them (None: the
+    #: source is compiled to find them, see :attr:`ProgramMap.session_lines`).
+    session_lines: list[int] | None = None
 
     @property
     def error_line(self) -> int | None:
@@ -310,6 +319,7 @@ def digest(run: Run, status: str, error: str | None) -> str:
         "tools": [[e.key, e.status, e.meta] for e in run.tool_calls()],
         "notes": {e.key: [e.kind, e.status, e.meta, e.error] for e in run.journal_entries()
                   if _is_note(e.key)},
+        "session_lines": program_map(run.program_source).session_lines,
     }, separators=(",", ":"))
 
 
@@ -345,14 +355,16 @@ def run_usage(store: StateStore, record: Any) -> Usage:
 
 
 def _view_of_digest(store: StateStore, record: Any, found: dict[str, Any]) -> RunView:
-    places = program_map(record.program_source)
+    places: ProgramMap | None = None  # compiled only to place a failed step: a first visit skips compiling
     steps = []
     for (key, kind, line, end_line, status, started, ended, attempts, binding, error,
          tokens_in, tokens_out, cost, verdict, reason) in found["steps"]:
         enclosing: tuple[Enclosing, ...] = ()
         if status in ("failed", "cancelled", "interrupted"):  # what the view shows around
             path = driver_path(key) if ":" in key else key
-            enclosing = places.place(path).enclosing if path else ()
+            if path:
+                places = places or program_map(record.program_source)
+                enclosing = places.place(path).enclosing
         steps.append(Step(key, kind, line, end_line, status, enclosing,
                           BindingRef(*binding) if binding else None, error,
                           Usage(tokens_in, tokens_out, cost), started, ended, verdict, reason,
@@ -368,7 +380,7 @@ def _view_of_digest(store: StateStore, record: Any, found: dict[str, Any]) -> Ru
     return RunView(record.id, store.kind, record.program_path, record.program_source,
                    record.status, record.started, record.updated, record.error, steps, frames,
                    bindings, _agent_locations(store, record.id, agents), Usage(*found["usage"]),
-                   tools=tools, notes=notes)
+                   tools=tools, notes=notes, session_lines=found.get("session_lines"))
 
 
 class _Bindings(Sequence[BindingInfo]):

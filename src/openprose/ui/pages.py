@@ -353,13 +353,11 @@ def source_lines(view: RunView) -> list[Line]:
         if again:  # a retry, or a start again after the run was resumed
             parts.append(f"{again} more attempt{'s' if again > 1 else ''}")
         line.note = " · ".join(parts)
-    analysis = program_map(view.source).analysis
-    if analysis is not None:
-        for statement in analysis.statements.values():
-            line = out[statement.line - 1] if 0 < statement.line <= len(out) else None
-            if line is not None and not line.state and statement.kind == "session":
-                # an interrupted run (stopped, resumable) may still get there
-                line.state = "skipped" if view.status in ("completed", "failed") else "pending"
+    unreached = "skipped" if view.status in ("completed", "failed") else "pending"
+    for number in (view.session_lines if view.session_lines is not None
+                   else program_map(view.source).session_lines):
+        if 0 < number <= len(out) and not out[number - 1].state:
+            out[number - 1].state = unreached  # an interrupted run may still get there
     error_line = view.failed_line
     if error_line and view.status == "failed" and 0 < error_line <= len(out):
         out[error_line - 1].state = "failed"
