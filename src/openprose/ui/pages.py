@@ -132,6 +132,32 @@ class Line:
 
 
 @dataclass
+class Plain:
+    """Consecutive lines with nothing to mark, drawn as one block (a 1,500-line program
+    whose statements are a tenth of it stays a few hundred elements)."""
+
+    first: int
+    texts: list[str]
+
+    @property
+    def numbers(self) -> str:
+        return "\n".join(str(n) for n in range(self.first, self.first + len(self.texts)))
+
+
+def source_blocks(lines: list[Line]) -> list[Line | Plain]:
+    """``lines`` with each run of unmarked lines made one :class:`Plain` block."""
+    out: list[Line | Plain] = []
+    for line in lines:
+        if line.state or line.note or line.verdicts:
+            out.append(line)
+        elif out and isinstance(out[-1], Plain):
+            out[-1].texts.append(line.text)
+        else:
+            out.append(Plain(line.number, [line.text]))
+    return out
+
+
+@dataclass
 class Bar:
     x: float
     y: float
@@ -147,6 +173,8 @@ class TimelineRow:
     y: float
     summary: str
     bars: list[Bar]
+    #: a density strip's columns (each the sessions started then), one path per state
+    strips: dict[str, str] = field(default_factory=dict)
 
 
 def find_store(stores: list[Any], run_id: str) -> Any | None:
@@ -224,7 +252,7 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
         "session_counts": session_counts(view, sessions),
         "took": seconds_text(_took(view)),
         "tokens": view.usage.input_tokens + view.usage.output_tokens,
-        "lines": marked,
+        "source": source_blocks(marked),
         "checker": checker,
         "failed_line": failed_line if view.status == "failed" or view.error else None,
         "failed_text": lines[failed_line - 1].strip()
@@ -387,6 +415,7 @@ def timeline(view: RunView) -> dict[str, Any]:
         rounds = {m.group(1) for s in steps for m in [_ITERATION.search(s.key)] if m}
         summary = f"×{len(steps)}" + (f" in {len(rounds)} rounds" if len(rounds) > 1 else "")
         bars: list[Bar] = []
+        strips: dict[str, list[str]] = defaultdict(list)  # a density strip: a path a state
         if len(steps) <= BARS_PER_ROW:
             placed, lane_end = [], [-1.0] * LANES
             for step in sorted(steps, key=lambda s: s.started_at or 0.0):
@@ -415,12 +444,13 @@ def timeline(view: RunView) -> dict[str, Any]:
                 height = max(2.0, (ROW - 4) * total / peak)
                 state = next((s for s in ("failed", "running", "cancelled") if counted[s]),
                              "done")
-                bars.append(Bar(LABEL + i * width, y + ROW - 2 - height, width - 0.5, height,
-                                state, f"{total} session(s) started here"))
+                strips[state].append(f"M{LABEL + i * width:.1f} {y + ROW - 2 - height:.1f}"
+                                     f"h{width - 0.5:.1f}v{height:.1f}h-{width - 0.5:.1f}z")
         label = f"{number}: {text}"
         room = min(26, LABEL_CHARS - len(summary))  # the label and the count share a line
         label = label if len(label) <= room else label[:room - 1] + "…"
-        rows.append(TimelineRow(label, y, summary, bars))
+        rows.append(TimelineRow(label, y, summary, bars,
+                                {state: "".join(parts) for state, parts in strips.items()}))
         y += ROW
     return {"rows": rows, "height": y, "span": seconds_text(span), "label": LABEL,
             "width": WIDTH}
