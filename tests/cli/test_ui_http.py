@@ -56,8 +56,12 @@ def test_the_token_is_required(tmp_path: Path) -> None:
         assert client.post("/").status_code == 405
         away = client.get(BASE + "//elsewhere.example/?token=" + TOKEN, follow_redirects=False)
         assert away.headers["location"] == "/elsewhere.example/"
-        assert client.get("/static/ui.js").headers["content-type"].startswith(
-            "text/javascript")
+        script = client.get("/static/ui.js")
+        assert script.headers["content-type"].startswith("text/javascript")
+        # a page is never kept; the static files, named by their content, are
+        assert page.headers["cache-control"] == "no-store"
+        assert "immutable" in script.headers["cache-control"]
+        assert re.search(r'<script src="/static/ui\.js\?v=[0-9a-f]{12}" defer>', page.text)
     assert not (tmp_path / ".prose" / "runs").exists()  # the view wrote nothing
 
 

@@ -31,6 +31,7 @@ from openprose.state.view import (
     RunView,
     Step,
     load_view,
+    no_collection,
     run_usage,
 )
 
@@ -209,7 +210,8 @@ class Cache:
             if kept is not None and kept[0] == mark:
                 self._views.move_to_end(key)
                 return kept[1]
-        data = summarize(store, run_id)
+        with no_collection():  # a big run's view: a few hundred thousand objects kept
+            data = summarize(store, run_id)
         if data["view"].finished and _record_mark(store.backend.load_run(run_id)) == mark:
             with self._lock:
                 self._views[key] = (mark, data)
