@@ -56,8 +56,12 @@ def test_the_token_is_required(tmp_path: Path) -> None:
         assert client.post("/").status_code == 405
         away = client.get(BASE + "//elsewhere.example/?token=" + TOKEN, follow_redirects=False)
         assert away.headers["location"] == "/elsewhere.example/"
-        assert client.get("/static/ui.js").headers["content-type"].startswith(
-            "text/javascript")
+        script = client.get("/static/ui.js")
+        assert script.headers["content-type"].startswith("text/javascript")
+        # a page is never kept; the static files, named by their content, are
+        assert page.headers["cache-control"] == "no-store"
+        assert "immutable" in script.headers["cache-control"]
+        assert re.search(r'<script src="/static/ui\.js\?v=[0-9a-f]{12}" defer>', page.text)
     assert not (tmp_path / ".prose" / "runs").exists()  # the view wrote nothing
 
 
@@ -71,6 +75,9 @@ def test_a_failed_runs_pages(served) -> None:
     assert 'id="L3" class="line st-failed"' in page
     assert 'id="L1" class="line st-done"' in page
     assert "failed at <a href=\"#L3\">line 3</a>" in page
+    # a line with nothing to mark is no element of its own: unmarked lines make one block
+    assert ('<div class="plain"><span class="ln">4</span><code>  context: { notes, link }'
+            '</code></div>') in page
     assert "boom &lt;b&gt;bold&lt;/b&gt;" in page
     assert "<script>window" not in page and "&lt;script&gt;window.pwned = 1" in page
     assert '<svg class="timeline"' in page
@@ -105,6 +112,21 @@ def test_a_run_stopped_by_its_budget(project) -> None:
     assert 'id="L3" class="line st-pending"' in page  # a higher budget may still get there
 
 
+def test_a_busy_line_is_a_density_strip(project) -> None:
+    """A statement run more than BARS_PER_ROW times is drawn as a few paths (one a state),
+    not an element a session or a column; a line with few sessions keeps a bar each."""
+    result = project.run('repeat 70:\n  session "Step"\noutput done = session "Wrap up"\n',
+                         "default_output: ok\n")
+    assert result.exit_code == 0, result.output
+    with open_store(project.root, project.backend) as store:
+        client = TestClient(create_app([store], TOKEN, 8765), base_url=BASE)
+        page = client.get(f"/runs/{run_id_of(result)}?token={TOKEN}").text
+    timeline = page.split('<svg class="timeline"')[1].split("</svg>")[0]
+    assert "×70" in timeline and timeline.count('<path d="M') == 1
+    assert "each column the sessions started then" in timeline
+    assert timeline.count("<rect ") == 1  # line 3's one session
+
+
 def test_an_ended_runs_digest_reads_as_its_journal(served, project) -> None:
     """The digest a run writes as it ends gives the view its journal gives (steps, usage,
     bindings, tool calls); without it (a run older than digests, or one damaged) the page
@@ -119,6 +141,8 @@ def test_an_ended_runs_digest_reads_as_its_journal(served, project) -> None:
             step.enclosing = ()
     assert [s.to_dict() for s in quick.steps] == [s.to_dict() for s in full.steps]
     assert quick.usage == full.usage and quick.usage.sessions == 2
+    # the lines of the program's sessions come with the digest: the page compiles nothing
+    assert (quick.session_lines, full.session_lines) == ([1, 2, 3], None)
     assert [(b.ref, b.kind, b.location) for b in quick.bindings] == \
         [(b.ref, b.kind, b.location) for b in full.bindings]
     assert [(e.key, e.status, e.meta) for e in quick.tools] == \

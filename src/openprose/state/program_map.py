@@ -60,6 +60,13 @@ class ProgramMap:
         self._placed: dict[str, Placed] = {}
         self._lines: dict[str, tuple[int, int]] = {}
 
+    @property
+    def session_lines(self) -> list[int]:
+        """The lines of the program's session statements (a run's view marks those no step
+        reached: skipped, or pending while the run may still get there)."""
+        return [] if self.analysis is None else sorted(
+            {s.line for s in self.analysis.statements.values() if s.kind == "session"})
+
     def place(self, key: str) -> Placed:
         found = self._placed.get(key)
         if found is None:

@@ -9,8 +9,10 @@ from a run open in this process (the engine's own state.md).
 
 from __future__ import annotations
 
+import gc
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
@@ -24,7 +26,13 @@ from openprose.state.models import (
     Usage,
     final_result,
 )
-from openprose.state.program_map import Enclosing, Placed, driver_path, program_map
+from openprose.state.program_map import (
+    Enclosing,
+    Placed,
+    ProgramMap,
+    driver_path,
+    program_map,
+)
 
 if TYPE_CHECKING:
     from openprose.state.store import Run, StateStore
@@ -115,6 +123,9 @@ class RunView:
     #: The latest record of each ``run:`` key (how the run was driven, its inputs) and of
     #: :data:`CHECKER_KEY`.
     notes: dict[str, JournalEntry] = field(default_factory=dict)
+    #: The lines of the program's session statements as the digest has them (None: the
+    #: source is compiled to find them, see :attr:`ProgramMap.session_lines`).
+    session_lines: list[int] | None = None
 
     @property
     def error_line(self) -> int | None:
@@ -258,9 +269,10 @@ def load_view(store: StateStore, run_id: str, *, values: bool = True) -> RunView
     record = backend.load_run(run_id)
     running = record.status not in ENDED
     if not values:
-        found = _digest_of(store, record)
-        if found is not None:
-            return _view_of_digest(store, record, found)
+        with no_collection():
+            found = _digest_of(store, record)
+            if found is not None:
+                return _view_of_digest(store, record, found)
     entries = run_journal(store, run_id)
     steps = build_steps(entries, record.program_source, running)
     bindings = []
@@ -310,7 +322,22 @@ def digest(run: Run, status: str, error: str | None) -> str:
         "tools": [[e.key, e.status, e.meta] for e in run.tool_calls()],
         "notes": {e.key: [e.kind, e.status, e.meta, e.error] for e in run.journal_entries()
                   if _is_note(e.key)},
+        "session_lines": program_map(run.program_source).session_lines,
     }, separators=(",", ":"))
+
+
+@contextmanager
+def no_collection() -> Iterator[None]:
+    """Without the cyclic collector's passes while a big run is read: a 20,000-session run's
+    digest reads into some 400,000 objects, none of them garbage, and the passes that
+    allocating them sets off cost as much as the reading itself."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _digest_of(store: StateStore, record: Any) -> dict[str, Any] | None:
@@ -338,21 +365,24 @@ def _digest_of(store: StateStore, record: Any) -> dict[str, Any] | None:
 def run_usage(store: StateStore, record: Any) -> Usage:
     """A run's usage with its imports', from its digest when it has one: the one count of
     sessions, tokens and cost every command and view shows."""
-    found = _digest_of(store, record)
+    with no_collection():
+        found = _digest_of(store, record)
     if found is not None:
         return Usage(*found["usage"])
     return usage_of(run_journal(store, record.id))
 
 
 def _view_of_digest(store: StateStore, record: Any, found: dict[str, Any]) -> RunView:
-    places = program_map(record.program_source)
+    places: ProgramMap | None = None  # compiled only to place a failed step: a first visit skips compiling
     steps = []
     for (key, kind, line, end_line, status, started, ended, attempts, binding, error,
          tokens_in, tokens_out, cost, verdict, reason) in found["steps"]:
         enclosing: tuple[Enclosing, ...] = ()
         if status in ("failed", "cancelled", "interrupted"):  # what the view shows around
             path = driver_path(key) if ":" in key else key
-            enclosing = places.place(path).enclosing if path else ()
+            if path:
+                places = places or program_map(record.program_source)
+                enclosing = places.place(path).enclosing
         steps.append(Step(key, kind, line, end_line, status, enclosing,
                           BindingRef(*binding) if binding else None, error,
                           Usage(tokens_in, tokens_out, cost), started, ended, verdict, reason,
@@ -368,7 +398,7 @@ def _view_of_digest(store: StateStore, record: Any, found: dict[str, Any]) -> Ru
     return RunView(record.id, store.kind, record.program_path, record.program_source,
                    record.status, record.started, record.updated, record.error, steps, frames,
                    bindings, _agent_locations(store, record.id, agents), Usage(*found["usage"]),
-                   tools=tools, notes=notes)
+                   tools=tools, notes=notes, session_lines=found.get("session_lines"))
 
 
 class _Bindings(Sequence[BindingInfo]):
@@ -434,4 +464,4 @@ def view_of_run(run: Run, live: tuple[StatementStatus, ...] = (), *,
 
 
 __all__ = ["CHECKER_KEY", "BindingInfo", "RunView", "Step", "build_steps", "digest", "load_view",
-           "run_journal", "run_usage", "usage_of", "view_of_run"]
+           "no_collection", "run_journal", "run_usage", "usage_of", "view_of_run"]

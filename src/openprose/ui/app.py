@@ -10,6 +10,7 @@ script or style, only this package's static files.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import time
 from collections.abc import AsyncIterator
@@ -42,8 +43,11 @@ HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"no-referrer"),
-    (b"cache-control", b"no-store"),
 ]
+#: A page shows a run as it is now: never kept. The static files are named by their
+#: content (``?v=``): kept, so a page's stylesheet and script cost no request after the first.
+NO_STORE = (b"cache-control", b"no-store")
+KEPT = (b"cache-control", b"private, max-age=31536000, immutable")
 
 
 def cookie_name(port: int) -> str:
@@ -64,7 +68,9 @@ class TokenGate:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *HEADERS]
+                kept = scope["path"].startswith("/static/") and message["status"] == 200
+                message["headers"] = [*message.get("headers", []), *HEADERS,
+                                      KEPT if kept else NO_STORE]
             await send(message)
 
         headers = dict(scope["headers"])
@@ -108,6 +114,10 @@ def create_app(stores: list[Any], token: str, port: int,
     env = Environment(loader=FileSystemLoader(HERE / "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True),
                       trim_blocks=True, lstrip_blocks=True)
+    env.globals["static_version"] = hashlib.sha256(b"".join(
+        path.read_bytes() for path in sorted((HERE / "static").iterdir()))).hexdigest()[:12]
+    for name in ("runs.html", "run.html", "live.html"):
+        env.get_template(name)  # compiled now, not by a first visit
 
     def render(name: str, code: int = 200, /, **data: Any) -> HTMLResponse:
         return HTMLResponse(env.get_template(name).render(**data), code)

@@ -31,6 +31,7 @@ from openprose.state.view import (
     RunView,
     Step,
     load_view,
+    no_collection,
     run_usage,
 )
 
@@ -132,6 +133,32 @@ class Line:
 
 
 @dataclass
+class Plain:
+    """Consecutive lines with nothing to mark, drawn as one block (a 1,500-line program
+    whose statements are a tenth of it stays a few hundred elements)."""
+
+    first: int
+    texts: list[str]
+
+    @property
+    def numbers(self) -> str:
+        return "\n".join(str(n) for n in range(self.first, self.first + len(self.texts)))
+
+
+def source_blocks(lines: list[Line]) -> list[Line | Plain]:
+    """``lines`` with each run of unmarked lines made one :class:`Plain` block."""
+    out: list[Line | Plain] = []
+    for line in lines:
+        if line.state or line.note or line.verdicts:
+            out.append(line)
+        elif out and isinstance(out[-1], Plain):
+            out[-1].texts.append(line.text)
+        else:
+            out.append(Plain(line.number, [line.text]))
+    return out
+
+
+@dataclass
 class Bar:
     x: float
     y: float
@@ -147,6 +174,8 @@ class TimelineRow:
     y: float
     summary: str
     bars: list[Bar]
+    #: a density strip's columns (each the sessions started then), one path per state
+    strips: dict[str, str] = field(default_factory=dict)
 
 
 def find_store(stores: list[Any], run_id: str) -> Any | None:
@@ -181,7 +210,8 @@ class Cache:
             if kept is not None and kept[0] == mark:
                 self._views.move_to_end(key)
                 return kept[1]
-        data = summarize(store, run_id)
+        with no_collection():  # a big run's view: a few hundred thousand objects kept
+            data = summarize(store, run_id)
         if data["view"].finished and _record_mark(store.backend.load_run(run_id)) == mark:
             with self._lock:
                 self._views[key] = (mark, data)
@@ -224,7 +254,7 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
         "session_counts": session_counts(view, sessions),
         "took": seconds_text(_took(view)),
         "tokens": view.usage.input_tokens + view.usage.output_tokens,
-        "lines": marked,
+        "source": source_blocks(marked),
         "checker": checker,
         "failed_line": failed_line if view.status == "failed" or view.error else None,
         "failed_text": lines[failed_line - 1].strip()
@@ -353,13 +383,11 @@ def source_lines(view: RunView) -> list[Line]:
         if again:  # a retry, or a start again after the run was resumed
             parts.append(f"{again} more attempt{'s' if again > 1 else ''}")
         line.note = " · ".join(parts)
-    analysis = program_map(view.source).analysis
-    if analysis is not None:
-        for statement in analysis.statements.values():
-            line = out[statement.line - 1] if 0 < statement.line <= len(out) else None
-            if line is not None and not line.state and statement.kind == "session":
-                # an interrupted run (stopped, resumable) may still get there
-                line.state = "skipped" if view.status in ("completed", "failed") else "pending"
+    unreached = "skipped" if view.status in ("completed", "failed") else "pending"
+    for number in (view.session_lines if view.session_lines is not None
+                   else program_map(view.source).session_lines):
+        if 0 < number <= len(out) and not out[number - 1].state:
+            out[number - 1].state = unreached  # an interrupted run may still get there
     error_line = view.failed_line
     if error_line and view.status == "failed" and 0 < error_line <= len(out):
         out[error_line - 1].state = "failed"
@@ -389,6 +417,7 @@ def timeline(view: RunView) -> dict[str, Any]:
         rounds = {m.group(1) for s in steps for m in [_ITERATION.search(s.key)] if m}
         summary = f"×{len(steps)}" + (f" in {len(rounds)} rounds" if len(rounds) > 1 else "")
         bars: list[Bar] = []
+        strips: dict[str, list[str]] = defaultdict(list)  # a density strip: a path a state
         if len(steps) <= BARS_PER_ROW:
             placed, lane_end = [], [-1.0] * LANES
             for step in sorted(steps, key=lambda s: s.started_at or 0.0):
@@ -417,12 +446,13 @@ def timeline(view: RunView) -> dict[str, Any]:
                 height = max(2.0, (ROW - 4) * total / peak)
                 state = next((s for s in ("failed", "running", "cancelled") if counted[s]),
                              "done")
-                bars.append(Bar(LABEL + i * width, y + ROW - 2 - height, width - 0.5, height,
-                                state, f"{total} session(s) started here"))
+                strips[state].append(f"M{LABEL + i * width:.1f} {y + ROW - 2 - height:.1f}"
+                                     f"h{width - 0.5:.1f}v{height:.1f}h-{width - 0.5:.1f}z")
         label = f"{number}: {text}"
         room = min(26, LABEL_CHARS - len(summary))  # the label and the count share a line
         label = label if len(label) <= room else label[:room - 1] + "…"
-        rows.append(TimelineRow(label, y, summary, bars))
+        rows.append(TimelineRow(label, y, summary, bars,
+                                {state: "".join(parts) for state, parts in strips.items()}))
         y += ROW
     return {"rows": rows, "height": y, "span": seconds_text(span), "label": LABEL,
             "width": WIDTH}
