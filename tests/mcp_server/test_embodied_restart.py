@@ -98,3 +98,28 @@ async def test_prose_resume_of_an_embodied_run_reuses_what_the_host_did(tmp_path
     assert outcome.status == "completed", outcome.error
     assert "Draft a note" not in asked and "the draft is long" not in asked
     assert asked[0] == "Extend it"  # the verdict the host recorded chose the else branch
+
+
+async def test_a_followed_spawn_costs_no_flush_of_its_own(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """spawn_session's replay note rides on the flush of the session's result (a lost spawn
+    is spawned again; a finished session is never lost): one fsync per spawn and write once
+    the run's logs exist, and a restarted server still reuses the session through it."""
+    import os
+
+    (tmp_path / "note.prose").write_text(PROGRAM)
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    async with host(tmp_path, {}, watch=False) as h:
+        vm, run_id = await _drafted_and_judged(h)  # the run's logs exist
+        before = len(synced)
+        extend = await h.call("spawn_session", vm_token=vm, statement="2.else.0")
+        spawned = len(synced)
+        await h.call("write_binding", token=extend["session_token"], value="longer")
+        assert (spawned - before, len(synced) - spawned) == (0, 1)
+    async with host(tmp_path, {}, watch=False) as h:  # the note was flushed with the result
+        vm = (await h.call("resume_run", run_id=run_id))["vm_token"]
+        text = await h.refused("spawn_session", vm_token=vm, statement="2.else.0")
+        assert "statement 2.else.0 is not next" in text

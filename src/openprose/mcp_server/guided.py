@@ -250,7 +250,9 @@ class HostProvider(Provider):
         written = Written(item.request.binding or "(anonymous)", item.io.output_location(),
                           len(value.encode()), summary)
         self.ended[token] = _Ended("its binding was written", digest, written)
-        outcome = await self._settle(item, SessionResult(value, summary=summary[:200]))
+        alone = len(self.pending) == 1 and not self._opening  # no sibling it could cancel
+        outcome = await self._settle(item, SessionResult(value, summary=summary[:200]),
+                                     quiesce=not alone)
         if outcome == "cancelled":
             self.ended[token] = _Ended(_NOT_NEEDED)
             raise ItemRefused(f"this session token has ended: {_NOT_NEEDED}")
@@ -307,9 +309,13 @@ class HostProvider(Provider):
 
     # ----------------------------------------------------------------------- helpers
 
-    async def _settle(self, item: Item, answer: Any) -> str:
+    async def _settle(self, item: Item, answer: Any, *, quiesce: bool = True) -> str:
         """Give the engine ``answer`` and wait until it acted on it: the event that settled
-        the item, or "cancelled" when the branch that asked was cancelled meanwhile."""
+        the item, or "cancelled" when the branch that asked was cancelled meanwhile. Without
+        ``quiesce`` (the only pending session, written: no sibling's fate waits on it) the
+        answer returns once that event came (its commit is durable), and the engine walks
+        on to its next step while the host reads the confirmation (:meth:`wait_for_items`
+        quiesces before it answers)."""
         waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._settled[item.key] = waiter
         if isinstance(answer, BaseException):
@@ -333,7 +339,8 @@ class HostProvider(Provider):
             outcome = "cancelled" if asker is not None and asker.cancelled() else "ended"
         else:
             outcome = "timeout"
-        await self._quiesce()
+        if quiesce:
+            await self._quiesce()
         return outcome
 
     async def _quiesce(self) -> None:

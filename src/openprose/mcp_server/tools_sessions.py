@@ -387,9 +387,9 @@ def _grant(driven: DrivenRun, st: Statement, eid: int | None, prompt: str,
         granted = driven.run.start_sessions([start])[0]
     if isinstance(granted, Exception):
         raise Refusal("a session is granted exactly its binding", str(granted), st)
-    if followed is not None:  # noted for a restarted server's replay
-        driven.run.record_result(FOLLOWED_STEP + followed[1].key, status="state",
-                                 meta={"session": key, "hash": followed[1].input_hash})
+    if followed is not None:  # for a restarted server's replay, beside the session's result
+        driven.run.record_note(FOLLOWED_STEP + followed[1].key,
+                               {"session": key, "hash": followed[1].input_hash})
     driven.sequence[(st.id, eid or 0)] = sequence
     brief = session_brief(driven, st, ref.name, prompt, refs, definition, memory, permissions)
     if followed is not None:  # a retry: the brief says which attempt and what failed before

@@ -709,6 +709,15 @@ class Run:
         if status == "cancelled":
             self._cancelled.add(key)
 
+    def record_note(self, key: str, meta: dict[str, Any]) -> None:
+        """A note (a "state" result record) that only counts beside a durable record written
+        after it in the same journal: it rides on that record's flush (an fsync covers every
+        line before it; SQLite's WAL and PostgreSQL's log are ordered alike), so it costs no
+        flush of its own. A crash that loses it loses the record it serves too."""
+        entry = JournalEntry(key, "result", status="state", meta={**meta, "at": _stamp()})
+        self.backend.append_journal(self.id, entry, durable=False)
+        self._remember(entry)
+
     def journal(self, key: str) -> JournalEntry | None:
         return self._journal.get(("step", key))
 
