@@ -10,6 +10,7 @@ from a run open in this process (the engine's own state.md).
 from __future__ import annotations
 
 import gc
+import json
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -302,8 +303,6 @@ def digest(run: Run, status: str, error: str | None) -> str:
     its steps with their lines, usage (its imports' too), binding names and kinds, agents,
     the frames still open, work-tool calls and ``run:`` notes. Written by the driver as the
     run ends, from what it holds in memory; no value is in it."""
-    import json
-
     entries = run_journal(run.store, run.id, run.step_entries())
     steps = build_steps(entries, run.program_source, False, enclosing=False)
     steps.sort(key=lambda s: (s.started_at or 0.0, s.key))
@@ -344,8 +343,6 @@ def _digest_of(store: StateStore, record: Any) -> dict[str, Any] | None:
     """The run's digest if this backend wrote it and it describes the run as its record
     has it now (a resumed run's digest is of an earlier end: not read until the run ends
     again and writes another)."""
-    import json
-
     if record.status not in ENDED:
         return None
     text = store.backend.read_digest(record.id)
