@@ -162,3 +162,50 @@ def test_stop_waits_for_a_check_in_flight_and_nothing_is_reported_after(live_run
     assert release.is_set()
     time.sleep(0.2)
     assert reports.empty() and watcher.reports(run.id) == []
+
+
+def test_the_runs_own_writes_wake_a_watcher_once_per_file(tmp_path: Path) -> None:
+    """A binding (from a session's result and from the VM), state.md and the digest are
+    built outside runs/ and renamed in: a watcher of runs/ gets one event per file written,
+    never the temp file's creation, close and move (each event wakes the watcher's threads,
+    which then contend with the server's for the interpreter lock)."""
+    from watchdog.events import FileSystemEvent, FileSystemEventHandler
+    from watchdog.observers import Observer
+
+    from openprose.mcp_server.watch import EVENTS
+
+    root = tmp_path / "project"
+    store = open_store(root, "filesystem", home=tmp_path / "home")
+    run = store.create_run(PROGRAM, "draft.prose")
+    seen: queue.Queue[FileSystemEvent] = queue.Queue()
+
+    class Seen(FileSystemEventHandler):
+        def on_any_event(self, event: FileSystemEvent) -> None:
+            if not event.is_directory:
+                seen.put(event)
+
+    observer = Observer()
+    observer.schedule(Seen(), str(root / ".prose" / "runs"), recursive=True,
+                      event_filter=EVENTS)
+    observer.start()
+    try:
+        grant = run.grant_session(BindingRef("draft"), "let", 'session "Write a draft"')
+        run.complete_session(grant.token, key="0:draft", value="the draft")
+        run.write_binding(BindingRef("topic"), "owls", "input", "input topic")
+        run.update_state(StateSnapshot((StatementStatus(1, 1, "complete"),)))
+        marker = Path(run.location) / "marker"
+        marker.write_text("end")  # events arrive in order: everything before it came first
+        names: list[str] = []
+        while True:
+            event = seen.get(timeout=60)
+            paths = [str(event.src_path), str(getattr(event, "dest_path", "") or "")]
+            if str(marker) in paths:
+                break
+            names.append(Path(paths[1] or paths[0]).name)
+    finally:
+        observer.stop()
+        observer.join()
+        store.close()
+    assert not [name for name in names if name.endswith(".tmp")], names
+    assert sorted(name for name in names if name.endswith(".md")) == [
+        "draft.md", "state.md", "topic.md"], names

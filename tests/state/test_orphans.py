@@ -24,6 +24,9 @@ def test_orphaned_temp_files_are_swept_when_the_run_is_opened(project, home, bac
     dead = int(gone.stdout)  # that process has exited: its pid names no writer now
     (run_dir / "bindings").mkdir(exist_ok=True)
     orphans = [run_dir / f".state.md.{dead}-0.tmp", run_dir / "bindings" / f".x.md.{dead}-3.tmp"]
+    if backend == "filesystem":  # where a run's bindings and state.md are written from
+        (project / ".prose" / ".writing").mkdir(exist_ok=True)
+        orphans.append(project / ".prose" / ".writing" / f".y.md.{dead}-4.tmp")
     old = run_dir / f".program.prose.{os.getpid()}-7.tmp"  # a live pid, but a day old
     live = run_dir / f".state.md.{os.getpid()}-8.tmp"  # a writer of this process, now
     others = [run_dir / ".notes.tmp", run_dir / f"x.{dead}-1.tmp", run_dir / "notes.md"]

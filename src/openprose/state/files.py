@@ -58,12 +58,29 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
         raise
 
 
-def atomic_write(path: Path, text: str, *, durable: bool = False, private: bool = False) -> None:
+def atomic_write(path: Path, text: str, *, durable: bool = False, private: bool = False,
+                 staging: Path | None = None) -> None:
     """Write ``text`` to ``path`` via a temp file and rename; fsync file and directory if
     ``durable``. Readers never see a half-written file. A ``private`` file (configuration that
-    may hold secrets) keeps the permissions of the file it replaces, or is its owner's only."""
+    may hold secrets) keeps the permissions of the file it replaces, or is its owner's only.
+    ``staging``: a directory on the same filesystem to make the temp file in, so that a
+    watcher of ``path``'s directory sees one file renamed in rather than a temp file created,
+    closed and moved (four events, each waking its threads); beside ``path`` when the rename
+    cannot cross (another filesystem)."""
+    if staging is not None:
+        try:
+            _write_via(staging, path, text, durable, private)
+            return
+        except OSError as err:
+            if err.errno != errno.EXDEV:
+                raise
+    _write_via(path.parent, path, text, durable, private)
+
+
+def _write_via(directory: Path, path: Path, text: str, durable: bool, private: bool) -> None:
+    """:func:`atomic_write` with its temp file in ``directory``."""
     with disk_errors(path):
-        temp, fd = _create_temp(path)
+        temp, fd = _create_temp(directory, path.name)
         try:
             if private:
                 os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o600)
@@ -77,7 +94,16 @@ def atomic_write(path: Path, text: str, *, durable: bool = False, private: bool 
             os.unlink(temp)
             raise
         os.close(fd)
-        os.replace(temp, path)
+        try:
+            try:
+                os.replace(temp, path)
+            except FileNotFoundError:  # made apart: the target's directory may not exist yet
+                path.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
         if durable:
             fsync_dir(path.parent)
 
@@ -138,17 +164,17 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def _create_temp(path: Path) -> tuple[str, int]:
-    """A new temp file beside ``path``, named by process and counter (no random bytes to
-    fetch); a name a crashed process left behind is skipped."""
+def _create_temp(directory: Path, name: str) -> tuple[str, int]:
+    """A new temp file for ``name`` in ``directory``, named by process and counter (no random
+    bytes to fetch); a name a crashed process left behind is skipped."""
     while True:
-        temp = f"{path.parent}{os.sep}.{path.name}.{os.getpid()}-{next(_TEMP_NUMBERS)}.tmp"
+        temp = f"{directory}{os.sep}.{name}.{os.getpid()}-{next(_TEMP_NUMBERS)}.tmp"
         try:
             return temp, os.open(temp, _CREATE, 0o644)
         except FileExistsError:
             continue
         except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            directory.mkdir(parents=True, exist_ok=True)
             return temp, os.open(temp, _CREATE, 0o644)
 
 

@@ -81,6 +81,10 @@ DIGEST = "digest.json"
 LOCKS = "locks"  # .prose/locks/{run id}.lock: flock'd by the run's driver, who it is as JSON
 # A run directory is built under .creating/ beside its final place, then renamed into place.
 CREATING = ".creating"
+#: The temp files of a run's bindings, state.md and digest are made here, outside runs/, and
+#: renamed into place: a watcher of runs/ (the MCP server's) then wakes once per file written,
+#: not four times (temp created, closed, moved out, moved in).
+WRITING = ".writing"
 _STAGING_NUMBERS = itertools.count()  # staged run directories: {id}.{pid}-{number}
 
 
@@ -210,6 +214,11 @@ class FilesystemBackend(Backend):
 
     def _run_file(self, run_id: str, name: str) -> Path:
         return self.contained(self.run_dir(run_id)) / name
+
+    @property
+    def writing(self) -> Path:
+        """Where run files' temp files are made (see :data:`WRITING`)."""
+        return self.contained(self.prose / WRITING)
 
     def binding_dir(self, run_id: str) -> Path:
         return self.contained(self.run_dir(run_id) / "bindings")
@@ -458,11 +467,11 @@ class FilesystemBackend(Backend):
                      durable=True)
 
     def sweep_temps(self, run_id: str) -> None:
-        """Remove the temp files a killed write left in the run's directory (see
-        :func:`openprose.state.files.sweep_temps`)."""
-        directory = self.run_dir(run_id)
-        if directory.is_dir() and not directory.is_symlink():
-            sweep_temps(self.contained(directory))
+        """Remove the temp files a killed write left in the run's directory and in
+        :data:`WRITING` (see :func:`openprose.state.files.sweep_temps`)."""
+        for directory in (self.run_dir(run_id), self.prose / WRITING):
+            if directory.is_dir() and not directory.is_symlink():
+                sweep_temps(self.contained(directory))
 
     def repair(self, run_id: str) -> None:
         """After a crash: end torn log lines, sweep orphaned temp files, and make every
@@ -547,7 +556,7 @@ class FilesystemBackend(Backend):
     # ------------------------------------------------------------------ bindings
     def put_binding(self, run_id: str, binding: Binding, *, durable: bool) -> None:
         atomic_write(self.binding_path(run_id, binding.ref), format_binding(binding),
-                     durable=durable)
+                     durable=durable, staging=self.writing)
         ref = json.dumps([binding.name, binding.execution_id])
         self._append(run_id, "journal.jsonl", f'{WRITE_NOTE}"binding":{ref}}}', durable=False)
 
@@ -597,7 +606,7 @@ class FilesystemBackend(Backend):
         for step in steps:
             if not step.stored:  # the result record below stands for this write
                 atomic_write(self.binding_path(run_id, step.binding.ref),
-                             format_binding(step.binding))
+                             format_binding(step.binding), staging=self.writing)
             meta = {**step.entry.meta, "kind": step.binding.kind, "source": step.binding.source}
             lines.append(entry_to_json(JournalEntry(**{**_fields(step.entry), "meta": meta})))
         self._append(run_id, "journal.jsonl", "\n".join(lines), durable=True)
@@ -790,7 +799,7 @@ class FilesystemBackend(Backend):
 
     # ------------------------------------------------------------------ state.md
     def write_state(self, run_id: str, text: str, snapshot: StateSnapshot) -> None:
-        atomic_write(self._run_file(run_id, "state.md"), text)
+        atomic_write(self._run_file(run_id, "state.md"), text, staging=self.writing)
 
     def read_state(self, run_id: str) -> str:
         try:
@@ -799,7 +808,7 @@ class FilesystemBackend(Backend):
             return ""
 
     def write_digest(self, run_id: str, text: str) -> None:
-        atomic_write(self._run_file(run_id, DIGEST), text)
+        atomic_write(self._run_file(run_id, DIGEST), text, staging=self.writing)
 
     def read_digest(self, run_id: str) -> str | None:
         try:
