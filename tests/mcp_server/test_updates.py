@@ -70,3 +70,33 @@ async def test_listen_streams_receive_the_changes_they_asked_for() -> None:
         with anyio.fail_after(60):
             event = await stream.__anext__()
     assert event.uri == STATE  # type: ignore[union-attr]
+
+
+async def test_a_change_nobody_listens_to_publishes_nothing(monkeypatch) -> None:
+    """The SDK's publish yields to the event loop once per event: a guided write, which
+    changes three resources, paid three turns for listeners that were not there. Events go
+    out while a listen stream is open, and stop once it closes."""
+    from mcp.server.subscriptions import InMemorySubscriptionBus
+
+    published: list[str] = []
+    real = InMemorySubscriptionBus.publish
+
+    async def counted(self, event):  # type: ignore[no-untyped-def]
+        published.append(event.uri)
+        await real(self, event)
+
+    monkeypatch.setattr(InMemorySubscriptionBus, "publish", counted)
+    server, updates = _server()
+    await updates.changed(RUN, ["draft"])
+    assert published == []
+    async with Client(server) as client, client.listen(resource_subscriptions=[STATE]) as stream:
+        await updates.changed(RUN, ["draft"])
+        with anyio.fail_after(60):
+            event = await stream.__anext__()
+        assert event.uri == STATE  # type: ignore[union-attr]
+        assert len(published) == 3
+    with anyio.fail_after(60):
+        while updates.bus.listeners:  # the stream's end reaches the server in its own time
+            await anyio.sleep(0.01)
+    await updates.changed(RUN, ["draft"])
+    assert len(published) == 3

@@ -13,14 +13,14 @@ Handshake-era clients subscribe with ``resources/subscribe`` and are sent
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.session import ServerSession
-from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated, ServerEvent
 
 RUNS_URI = "prose://runs"
 
@@ -37,11 +37,35 @@ def connection_of(ctx: ServerRequestContext) -> object:
     return ctx.session._connection
 
 
+class CountedBus(InMemorySubscriptionBus):
+    """The SDK's in-process bus, knowing whether any listen stream is open: a change nobody
+    listens to then costs no event, and no event-loop turn (the SDK's publish yields once per
+    event; a guided write changed three resources)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listeners = 0
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        unsubscribe = super().subscribe(listener)
+        self.listeners += 1
+        ended = False
+
+        def once() -> None:
+            nonlocal ended
+            if not ended:
+                ended = True
+                self.listeners -= 1
+            unsubscribe()
+
+        return once
+
+
 class RunUpdates:
     """Who is subscribed to which run resource, and the fan-out when one changes."""
 
     def __init__(self) -> None:
-        self.bus = InMemorySubscriptionBus()
+        self.bus = CountedBus()
         self._subscribers: dict[str, dict[object, ServerSession]] = {}
 
     def attach(self, mcp: MCPServer) -> None:
@@ -69,7 +93,8 @@ class RunUpdates:
     async def changed(self, run_id: str, bindings: Iterable[str] = ()) -> None:
         """Tell every subscriber of ``run_id``'s list entry, state and the named bindings."""
         for uri in run_uris(run_id, bindings):
-            await self.bus.publish(ResourceUpdated(uri=uri))
+            if self.bus.listeners:
+                await self.bus.publish(ResourceUpdated(uri=uri))
             for client, session in list(self._subscribers.get(uri, {}).items()):
                 try:
                     await session.send_resource_updated(uri)
