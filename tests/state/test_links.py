@@ -138,3 +138,19 @@ def test_a_linked_attachments_directory_is_refused(project, home, outside):
         with pytest.raises(PathEscapeError, match="attachments is a link"):
             run.write_binding(BindingRef("big"), "z" * 200_000, "let", "let big")
     assert sorted(p.name for p in outside.iterdir()) == ["credentials"]
+
+
+def test_a_linked_writing_directory_is_refused(project, home, outside):
+    """Bindings are made in ``.prose/.writing`` and renamed in: a link there that leaves
+    ``.prose`` is refused before a temp file is made through it."""
+    run_id, _ = _run(project, home)
+    writing = project / ".prose" / ".writing"
+    if writing.exists():
+        writing.rmdir()
+    writing.symlink_to(outside, target_is_directory=True)
+    before = _before(outside)
+    with open_store(project, home=home) as store:
+        run = store.open_run(run_id)
+        with pytest.raises(PathEscapeError, match=r"\.writing is a link"):
+            run.write_binding(BindingRef("b"), "B", "let", 'let b = "B"')
+    assert _before(outside) == before
