@@ -152,14 +152,32 @@ def test_an_ended_runs_digest_reads_as_its_journal(served, project) -> None:
     assert quick.summary == run_summary(full)
     client.get("/?token=" + TOKEN)
     page = client.get(f"/runs/{run_id}").text
-    # a digest of an older layout is not read (the journal is): older runs still open
-    digest.write_text(json.dumps({"version": 1, "backend": project.backend, "status": "failed",
-                                  "error": quick.error, "usage": [0, 0, 0, 0], "steps": []}))
-    for _ in range(2):
+    # a run an older version ended has a digest of the older layout (one object of every
+    # step, binding and tool call): read whole, summed up as the page is made, the same page
+    head, *lines = digest.read_text().splitlines()
+    found, rows = json.loads(head), [json.loads(line) for line in lines]
+    steps, bindings = rows[:found["rows"]["steps"]], rows[found["rows"]["steps"]:][
+        :found["rows"]["bindings"]]
+    digest.write_text(json.dumps({
+        **{key: found[key] for key in ("backend", "status", "error", "usage", "agents",
+                                       "frames", "notes", "session_lines")},
+        "version": 1, "steps": [row[:15] for row in steps], "bindings": bindings,
+        "tools": [[row[0], status, meta] for row in steps for status, meta in row[15]]}))
+    with open_store(project.root, project.backend) as store:
+        older = load_view(store, run_id, values=False)
+    assert older.session_lines == [1, 2, 3] and older.summary is None  # the digest's
+    assert run_summary(older) == quick.summary
+
+    def seen_afresh() -> str:
         with open_store(project.root, project.backend) as store:  # a new view: nothing kept
             again = TestClient(create_app([store], TOKEN, 8765), base_url=BASE)
-            assert _body(again.get(f"/runs/{run_id}?token={TOKEN}").text) == _body(page)
-        digest.unlink(missing_ok=True)  # and a run with no digest at all
+            return _body(again.get(f"/runs/{run_id}?token={TOKEN}").text)
+
+    assert seen_afresh() == _body(page)
+    digest.write_text("{")  # damaged: the journal is read, and shows the same
+    assert seen_afresh() == _body(page)
+    digest.unlink()  # none (a run older than digests): the same
+    assert seen_afresh() == _body(page)
 
 
 def test_a_first_look_reads_the_digests_head_and_one_block(project, monkeypatch) -> None:

@@ -436,8 +436,10 @@ def sessions_of(view: RunView) -> Sequence[Step]:
 
 
 # ----------------------------------------------------------------------------- digests
-#: The digest's layout; a digest of another version is not read (the journal is).
+#: The digest's layout; a digest of another version is not read (the journal is), but for
+#: the older one, one JSON object of every step, binding and tool call, read whole.
 DIGEST_VERSION = 2
+OLDER_DIGEST = 1
 #: The digest indexes its rows in blocks of this many: a page of rows reads a block or two.
 BLOCK = 50
 #: Bytes read first for a digest's head (more when its head is longer).
@@ -519,23 +521,21 @@ def _digest_head(store: StateStore, record: Any) -> dict[str, Any] | None:
     ends again and writes another). Its ``base``: where its rows begin."""
     if record.status not in ENDED:
         return None
-    size = _HEAD_READ
-    while True:
-        data = store.backend.read_digest(record.id, 0, size)
-        if data is None:
-            return None
-        if b"\n" in data or len(data) < size:
-            break
-        size *= 8  # a head longer than the first read (a program of many statements)
+    data = store.backend.read_digest(record.id, 0, _HEAD_READ)
+    if data is None:
+        return None
+    if b"\n" not in data and len(data) == _HEAD_READ:  # a longer head, or an older digest
+        data += store.backend.read_digest(record.id, _HEAD_READ) or b""
     text = data.split(b"\n", 1)[0]
     try:
         found = json.loads(text)
     except ValueError:
         return None  # damaged: the journal is read instead
-    if not isinstance(found, dict) or found.get("version") != DIGEST_VERSION or \
+    if not isinstance(found, dict) or found.get("version") not in (DIGEST_VERSION,
+                                                                   OLDER_DIGEST) or \
             (found.get("backend"), found.get("status"), found.get("error")) != \
             (store.kind, record.status, record.error):
-        return None  # another backend's (a run exported shares its directory), or older
+        return None  # another backend's (a run exported shares its directory), or unknown
     found["base"] = len(text) + 1
     return found
 
@@ -601,14 +601,20 @@ def run_usage(store: StateStore, record: Any) -> Usage:
 
 def _view_of_digest(store: StateStore, record: Any, found: dict[str, Any], *, whole: bool
                     ) -> RunView:
-    run_id, rows = record.id, found["rows"]
+    run_id = record.id
+    older = found["version"] == OLDER_DIGEST  # one object, read whole: its lists as they are
     places: list[ProgramMap] = []  # compiled only to place a stopped step: a first look skips it
+
+    def rows_of(section: str, start: int, stop: int) -> list[list[Any]]:
+        if older:
+            return found[section][start:stop]
+        return _digest_rows(store, run_id, found, section, start, stop)
 
     def steps_of(start: int, stop: int) -> list[Step]:
         out = []
         for (key, kind, line, end_line, status, started, ended, attempts, binding, error,
-             tokens_in, tokens_out, cost, verdict, reason, tools) in \
-                _digest_rows(store, run_id, found, "steps", start, stop):
+             tokens_in, tokens_out, cost, verdict, reason, *tools) in \
+                rows_of("steps", start, stop):
             enclosing: tuple[Enclosing, ...] = ()
             if status in _STOPPED:  # what the view shows around
                 path = driver_path(key) if ":" in key else key
@@ -621,25 +627,35 @@ def _view_of_digest(store: StateStore, record: Any, found: dict[str, Any], *, wh
                             Usage(tokens_in, tokens_out, cost), started, ended, verdict,
                             reason, attempts, [JournalEntry(key, "tool", status=status,
                                                             meta=meta)
-                                               for status, meta in tools]))
+                                               for status, meta in (tools or [[]])[0]]))
         return out
 
     def bindings_of(start: int, stop: int) -> list[BindingInfo]:
         return [BindingInfo(BindingRef(name, eid), kind,
                             store.backend.binding_location(run_id, BindingRef(name, eid)))
-                for name, eid, kind in _digest_rows(store, run_id, found, "bindings",
-                                                    start, stop)]
+                for name, eid, kind in rows_of("bindings", start, stop)]
 
     def tools_of(start: int, stop: int) -> list[JournalEntry]:
         calls = [entry for step in steps for entry in step.tools] + [
             JournalEntry(key, "tool", status=status, meta=meta) for key, status, meta in
-            _digest_rows(store, run_id, found, "tools", 0, rows["tools"])]
+            rows_of("tools", 0, len(found["tools"]) if older else found["rows"]["tools"])]
         return sorted(calls, key=lambda e: e.meta.get("at") or 0.0)[start:stop]  # recorded order
 
-    sessions = found["summary"]["sessions"]
-    steps: Sequence[Step] = _Rows(rows["steps"], steps_of)
-    if whole:
-        steps = sorted(steps, key=lambda s: (s.started_at or 0.0, s.key))
+    steps: Sequence[Step]
+    if older:
+        steps = steps_of(0, len(found["steps"]))
+        tools: Sequence[JournalEntry] = tools_of(0, len(found["tools"]))
+        _attach_tools(steps, list(tools))
+        bindings = _Rows(len(found["bindings"]), bindings_of)
+        summary, sessions = None, None  # made from the steps, as of a running run
+    else:
+        rows = found["rows"]
+        steps = _Rows(rows["steps"], steps_of)
+        if whole:
+            steps = sorted(steps, key=lambda s: (s.started_at or 0.0, s.key))
+        tools, bindings = _Rows(found["tool_calls"], tools_of), _Rows(rows["bindings"],
+                                                                      bindings_of)
+        summary, sessions = found["summary"], _Rows(found["summary"]["sessions"], steps_of)
     agents = {AgentRef(*agent): None for agent in found["agents"]}
     frames = [Frame(eid, block, depth, parent, status=status, key=key)
               for eid, block, depth, parent, status, key in found["frames"]]
@@ -647,11 +663,9 @@ def _view_of_digest(store: StateStore, record: Any, found: dict[str, Any], *, wh
              for key, (kind, status, meta, error) in found["notes"].items()}
     return RunView(record.id, store.kind, record.program_path, record.program_source,
                    record.status, record.started, record.updated, record.error, steps, frames,
-                   _Rows(rows["bindings"], bindings_of),
-                   _agent_locations(store, record.id, agents), Usage(*found["usage"]),
-                   tools=_Rows(found["tool_calls"], tools_of), notes=notes, session_lines=found["session_lines"],
-                   summary=found["summary"],
-                   sessions=_Rows(sessions, steps_of))
+                   bindings, _agent_locations(store, record.id, agents), Usage(*found["usage"]),
+                   tools=tools, notes=notes, session_lines=found.get("session_lines"),
+                   summary=summary, sessions=sessions)
 
 
 def _binding_info(store: StateStore, run_id: str, binding: Binding, values: bool
