@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,11 +48,11 @@ LABEL_CHARS = 40  # characters of a row's label and its count that fit in LABEL
 ROW = 22
 
 
-def page_of(items: list[Any], page: int) -> tuple[list[Any], int, int]:
+def page_of(items: Sequence[Any], page: int) -> tuple[list[Any], int, int]:
     """``items`` of page ``page`` (1-based, clamped), that page and the number of pages."""
     pages = max(1, -(-len(items) // PAGE))
     page = min(max(1, page), pages)
-    return items[(page - 1) * PAGE:page * PAGE], page, pages
+    return list(items[(page - 1) * PAGE:page * PAGE]), page, pages
 
 
 def seconds_text(seconds: float | None) -> str:
