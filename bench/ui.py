@@ -127,7 +127,8 @@ def page_loads(backend: str, repeats: int, project: Path | None) -> None:
                     f"{name} at {timing[key]:.0f} ms" for name, key in [
                         ("first byte", "responseStart"), ("DOMContentLoaded",
                                                           "domContentLoadedEventEnd"),
-                        ("first paint", "paint"), ("load", "loadEventEnd")]))
+                        ("first paint", "paint"), ("load", "loadEventEnd")]
+                    if timing.get(key) is not None))  # no paint recorded before load: none
                 print(_line("browser: run page loaded", browser[1:]))
         finally:
             store.close()
@@ -165,7 +166,7 @@ def _browser_load(root: Path, backend: str, run_id: str, repeats: int
                 timing = timing or page.evaluate(
                     "() => ({...performance.getEntriesByType('navigation')[0].toJSON(), paint:"
                     " performance.getEntriesByName('first-contentful-paint')[0]?.startTime"
-                    " ?? NaN})")
+                    " ?? null})")
             browser.close()
         return times, timing
     finally:
