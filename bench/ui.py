@@ -8,8 +8,10 @@
    page, the run page, its last sessions page, the live fragment the page fetches on each
    change and one binding's value (median and range of ``--repeats``), and, with
    Playwright and /usr/bin/chromium present, a browser's time from navigation to the run
-   page's load event against a fresh `prose ui` (its first visit, then the others). The
-   machine's load average is printed beside.
+   page's load event against a fresh `prose ui` (its first visit, then the others), and
+   where the first visit's time went (the browser's navigation timing: the server's first
+   byte, DOMContentLoaded, first contentful paint, load). The machine's load average is
+   printed beside.
 2. Live delay: a `prose run` of ``--sessions`` sequential sessions (``--latency`` seconds
    each) followed by the run page's event stream of a `prose ui` process; per change event,
    the time since the newest journal record it reports: median and maximum.
@@ -118,9 +120,15 @@ def page_loads(backend: str, repeats: int, project: Path | None) -> None:
                                       + (f"?eid={binding.execution_id}"
                                          if binding.execution_id else ""))]:
                 print(_line(label, _timed(client, url, repeats)))
-            browser = _browser_load(root, backend, run_id, repeats)
+            browser, timing = _browser_load(root, backend, run_id, repeats)
             if browser:
                 print(f"  browser: run page loaded, first visit: {browser[0]:.2f} s")
+                print("  browser: first visit's " + ", ".join(
+                    f"{name} at {timing[key]:.0f} ms" for name, key in [
+                        ("first byte", "responseStart"), ("DOMContentLoaded",
+                                                          "domContentLoadedEventEnd"),
+                        ("first paint", "paint"), ("load", "loadEventEnd")]
+                    if timing.get(key) is not None))  # no paint recorded before load: none
                 print(_line("browser: run page loaded", browser[1:]))
         finally:
             store.close()
@@ -129,15 +137,16 @@ def page_loads(backend: str, repeats: int, project: Path | None) -> None:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _browser_load(root: Path, backend: str, run_id: str, repeats: int) -> list[float]:
+def _browser_load(root: Path, backend: str, run_id: str, repeats: int
+                  ) -> tuple[list[float], dict[str, float]]:
     """Navigation to load event in chromium, against a real `prose ui` (empty without one):
-    the first visit, then ``repeats`` more."""
+    the first visit, then ``repeats`` more; and the first visit's navigation timing."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        return []
+        return [], {}
     if not Path(CHROMIUM).exists():
-        return []
+        return [], {}
     server = subprocess.Popen([PROSE, "ui", "--project", str(root), "--state", backend],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -149,13 +158,17 @@ def _browser_load(root: Path, backend: str, run_id: str, repeats: int) -> list[f
                 "--disable-component-update", "--disable-sync", "--no-first-run"])
             page = browser.new_page()
             page.goto(url, timeout=600_000)
-            times = []  # the first: the server has not read the run before
+            times, timing = [], {}  # the first: the server has not read the run before
             for _ in range(repeats + 1):
                 started = time.perf_counter()
                 page.goto(f"{base}runs/{run_id}", wait_until="load", timeout=600_000)
                 times.append(time.perf_counter() - started)
+                timing = timing or page.evaluate(
+                    "() => ({...performance.getEntriesByType('navigation')[0].toJSON(), paint:"
+                    " performance.getEntriesByName('first-contentful-paint')[0]?.startTime"
+                    " ?? null})")
             browser.close()
-        return times
+        return times, timing
     finally:
         server.terminate()
         server.communicate(timeout=30)

@@ -3,6 +3,7 @@ failed run with hostile values (escaped), a binding's whole value, and the event
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from tests.cli.conftest import run_id_of
 from tests.cli.ui_runs import FAILING, HOSTILE
 
 from openprose.state import open_store
-from openprose.state.view import load_view
+from openprose.state.view import BLOCK, load_view, run_summary
 from openprose.ui import create_app
 
 TOKEN = "t0ken-for-tests"
@@ -147,12 +148,63 @@ def test_an_ended_runs_digest_reads_as_its_journal(served, project) -> None:
         [(b.ref, b.kind, b.location) for b in full.bindings]
     assert [(e.key, e.status, e.meta) for e in quick.tools] == \
         [(e.key, e.status, e.meta) for e in full.tools]
+    # what the page shows of the steps, summed up as the run ended, is what its journal gives
+    assert quick.summary == run_summary(full)
     client.get("/?token=" + TOKEN)
     page = client.get(f"/runs/{run_id}").text
-    digest.unlink()
-    with open_store(project.root, project.backend) as store:  # a new view: nothing kept
-        again = TestClient(create_app([store], TOKEN, 8765), base_url=BASE)
-        assert _body(again.get(f"/runs/{run_id}?token={TOKEN}").text) == _body(page)
+    # a run an older version ended has a digest of the older layout (one object of every
+    # step, binding and tool call): read whole, summed up as the page is made, the same page
+    head, *lines = digest.read_text().splitlines()
+    found, rows = json.loads(head), [json.loads(line) for line in lines]
+    steps, bindings = rows[:found["rows"]["steps"]], rows[found["rows"]["steps"]:][
+        :found["rows"]["bindings"]]
+    digest.write_text(json.dumps({
+        **{key: found[key] for key in ("backend", "status", "error", "usage", "agents",
+                                       "frames", "notes", "session_lines")},
+        "version": 1, "steps": [row[:15] for row in steps], "bindings": bindings,
+        "tools": [[row[0], status, meta] for row in steps for status, meta in row[15]]}))
+    with open_store(project.root, project.backend) as store:
+        older = load_view(store, run_id, values=False)
+    assert older.session_lines == [1, 2, 3] and older.summary is None  # the digest's
+    assert run_summary(older) == quick.summary
+
+    def seen_afresh() -> str:
+        with open_store(project.root, project.backend) as store:  # a new view: nothing kept
+            again = TestClient(create_app([store], TOKEN, 8765), base_url=BASE)
+            return _body(again.get(f"/runs/{run_id}?token={TOKEN}").text)
+
+    assert seen_afresh() == _body(page)
+    digest.write_text("{")  # damaged: the journal is read, and shows the same
+    assert seen_afresh() == _body(page)
+    digest.unlink()  # none (a run older than digests): the same
+    assert seen_afresh() == _body(page)
+
+
+def test_a_first_look_reads_the_digests_head_and_one_block(project, monkeypatch) -> None:
+    """A big ended run's page reads its digest's head and the block of rows of the sessions
+    page shown (and of the bindings page), never the whole digest; a later page reads its
+    own block only."""
+    result = project.run(f'repeat {3 * BLOCK}:\n  session "Step"\n', "default_output: ok\n")
+    assert result.exit_code == 0, result.output
+    run_id = run_id_of(result)
+    with open_store(project.root, project.backend) as store:
+        reads: list[tuple[int, int | None]] = []
+        read = store.backend.read_digest
+
+        def counted(run: str, start: int = 0, end: int | None = None) -> bytes | None:
+            reads.append((start, end))
+            return read(run, start, end)
+
+        monkeypatch.setattr(store.backend, "read_digest", counted)
+        client = TestClient(create_app([store], TOKEN, 8765), base_url=BASE)
+        page = client.get(f"/runs/{run_id}?token={TOKEN}").text
+        assert "sessions page 1 of 3" in page and page.count('<tr class="st-complete">') == BLOCK
+        head, *rows = reads
+        assert head[0] == 0 and len(rows) == 2  # a block of sessions, one of bindings
+        assert all(end is not None and end - start < 40_000 for start, end in rows)
+        reads.clear()
+        later = client.get(f"/runs/{run_id}?spage=3").text  # the head is kept: one block
+        assert "sessions page 3 of 3" in later and len(reads) == 2
 
 
 def _body(page: str) -> str:

@@ -34,15 +34,18 @@ def read_exact(path: Path) -> str:
         raise DamagedState(f"{path}:{line}: not UTF-8 text") from None
 
 
-def read_bytes(path: Path) -> bytes:
-    """A regular file's bytes, opened without following a link at its last component."""
+def read_bytes(path: Path, start: int = 0, end: int | None = None) -> bytes:
+    """A regular file's bytes (``start`` to ``end``: a part of them), opened without
+    following a link at its last component."""
     fd = open_nofollow(path, os.O_RDONLY)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise DamagedState(f"{path} is not a regular file (a directory or device where "
                            "state keeps a file)")
     with open(fd, "rb") as handle:
-        return handle.read()
+        if start:
+            handle.seek(start)
+        return handle.read(-1 if end is None else max(0, end - start))
 
 
 def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:

@@ -1,19 +1,20 @@
 """What the pages show, read through the state API (never written): the runs list and one
 run's page. Everything here is plain data; the templates escape it.
 
-Big runs stay cheap: an ended run is read from its digest (state.view.digest), not its
-journal; the runs list reads usage only for the page shown, a run's page reads binding values
-only for the bindings page shown, and the timeline draws one row per statement with a bounded
-number of bars (a density strip past that), never one element per session of a
-20,000-session run.
+Big runs stay cheap: an ended run is read from its digest's head (state.view.digest: usage,
+and its steps summed up by the state layer, state.view.summarize), plus the rows of the
+sessions and bindings pages shown; the runs list reads usage only for the page shown; the
+timeline draws one row per statement with a bounded number of bars (a density strip past
+that), never one element per session of a 20,000-session run. This module only lays out
+what the state layer summed up.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 import time
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,39 +24,35 @@ from openprose.cli.runs_cmd import duration, human_duration
 from openprose.engine.runner import SETTINGS_KEY
 from openprose.state import BindingRef, StateError
 from openprose.state.models import AgentRef, Usage
-from openprose.state.program_map import program_map
 from openprose.state.render import active_constructs
 from openprose.state.view import (
+    BINS,
     CHECKER_KEY,
     ENDED,
     RunView,
-    Step,
     load_view,
     no_collection,
+    run_summary,
     run_usage,
+    sessions_of,
+    shown_state,
 )
 
 PAGE = 50  # rows per page: runs, sessions, bindings
 PREVIEW = 80  # characters of a binding's preview
 MEMORY_SHOWN = 20_000  # characters of an agent's memory shown in the page
-BARS_PER_ROW = 60  # a timeline row with more sessions is drawn as a density strip
-BINS = 80  # columns of a density strip
 LANES = 4  # overlapping sessions of one row drawn in up to this many lanes
 WIDTH = 1000  # the timeline's drawing width (SVG units)
 LABEL = 300  # of which the row labels take this much
 LABEL_CHARS = 40  # characters of a row's label and its count that fit in LABEL
 ROW = 22
-_ITERATION = re.compile(r"\[(\d+)\]")
-#: A line's state from its sessions' states, the first present wins.
-_LINE_STATE = (("executing", "running"), ("failed", "failed"), ("interrupted", "interrupted"),
-               ("cancelled", "cancelled"), ("complete", "done"), ("judged", "done"))
 
 
-def page_of(items: list[Any], page: int) -> tuple[list[Any], int, int]:
+def page_of(items: Sequence[Any], page: int) -> tuple[list[Any], int, int]:
     """``items`` of page ``page`` (1-based, clamped), that page and the number of pages."""
     pages = max(1, -(-len(items) // PAGE))
     page = min(max(1, page), pages)
-    return items[(page - 1) * PAGE:page * PAGE], page, pages
+    return list(items[(page - 1) * PAGE:page * PAGE]), page, pages
 
 
 def seconds_text(seconds: float | None) -> str:
@@ -129,7 +126,7 @@ class Line:
     text: str
     state: str = ""  # running | failed | done | skipped | cancelled | interrupted | pending
     note: str = ""
-    verdicts: list[Step] = field(default_factory=list)
+    verdicts: list[tuple[Any, str]] = field(default_factory=list)  # (verdict, reason)
 
 
 @dataclass
@@ -238,21 +235,21 @@ def _record_mark(record: Any) -> tuple[Any, ...]:
 
 
 def summarize(store: Any, run_id: str) -> dict[str, Any]:
-    """What a run's page shows whatever page of sessions and bindings it is on."""
-    view = load_view(store, run_id, values=False)
-    failed_line = view.failed_line
+    """What a run's page shows whatever page of sessions and bindings it is on: of an ended
+    run with a digest, read from the digest's head only."""
+    view = load_view(store, run_id, values=False, head=True)
+    summary = run_summary(view, None if view.finished else time.time())
+    failed_line = summary["failed_line"]
     lines = view.source.split("\n")
-    sessions = sorted((s for s in view.steps if s.kind == "session"),
-                      key=lambda s: (s.started_at or 0.0, s.key))
     checker = checker_failure(view)
-    marked = source_lines(view)
+    marked = source_lines(view.source, summary)
     if checker is not None and 0 < checker["line"] <= len(marked):
         marked[checker["line"] - 1].state = "failed"
     return {
         "view": view,
-        "sessions": sessions,
-        "session_counts": session_counts(view, sessions),
-        "took": seconds_text(_took(view)),
+        "sessions": sessions_of(view),
+        "session_counts": session_counts(view, summary),
+        "took": seconds_text(_took(view, summary)),
         "tokens": view.usage.input_tokens + view.usage.output_tokens,
         "source": source_blocks(marked),
         "checker": checker,
@@ -261,13 +258,15 @@ def summarize(store: Any, run_id: str) -> dict[str, Any]:
         if failed_line and failed_line <= len(lines) else "",
         "over_budget": bool(view.error and view.error.startswith("budget reached")),
         "budget": _budget(view),
-        "host_steps": sum(1 for s in view.steps if ":" in s.key),
-        "timeline": timeline(view),
+        "host_steps": summary["host_steps"],
+        "timeline": timeline(view.source, summary),
+        # the constructs around steps under way or stopped (none: no step is read for them)
         "constructs": [(line.startswith(" "), line.strip().removeprefix("- "))
-                       for line in active_constructs(view)],  # (nested, text)
+                       for line in (active_constructs(view) if summary["stopped"]
+                                    or not view.finished else [])],  # (nested, text)
         "stack": sorted((f for f in view.frames if f.status == "executing"),
                         key=lambda f: -f.execution_id)[:20],
-        "refused": sum(1 for e in view.tools if e.status == "refused"),
+        "refused": summary["refused"],
         "statement": lambda line: lines[line - 1].strip() if 0 < line <= len(lines) else "",
         "binding_count": len(view.bindings),
         "agents": [_agent(store, run_id, agent, where) for agent, where in view.agents],
@@ -286,10 +285,12 @@ def checker_failure(view: RunView) -> dict[str, Any] | None:
             "line": line if isinstance(line, int) else 0}
 
 
-def session_counts(view: RunView, sessions: list[Step]) -> list[tuple[int, str]]:
+def session_counts(view: RunView, summary: dict[str, Any]) -> list[tuple[int, str]]:
     """The run's sessions as the header and the table both count them: those completed
     (the count ``prose runs``, ``prose show`` and ``get_run`` give), then each other state."""
-    states = Counter(_bar_state(s.status) for s in sessions)
+    states: Counter[str] = Counter()
+    for status, n in summary["counts"].items():
+        states[shown_state(status)] += n
     states.pop("done", None)
     return [(view.usage.sessions, "completed"),
             *((n, state) for state, n in sorted(states.items()))]
@@ -302,11 +303,6 @@ def run_page(cache: Cache, store: Any, run_id: str, spage: int, bpage: int
     data = cache.summary(store, run_id)
     view = data["view"]
     shown, spage, spages = page_of(data["sessions"], spage)
-    tools: dict[str, list[Any]] = defaultdict(list)
-    keys = {step.key for step in shown}
-    for entry in view.tools:
-        if entry.key in keys:
-            tools[entry.key].append(entry)
     bindings, bpage, bpages = page_of(view.bindings, bpage)
     binding_rows = []
     for info in bindings:
@@ -316,7 +312,6 @@ def run_page(cache: Cache, store: Any, run_id: str, spage: int, bpage: int
                              "kind": info.kind, "size": size_text(len(value.encode())),
                              "preview": _preview(value)})
     return {**data, "sessions": shown, "spage": spage, "spages": spages,
-            "tools": tools,
             "bindings": binding_rows, "bpage": bpage, "bpages": bpages}
 
 
@@ -336,13 +331,11 @@ def _budget(view: RunView) -> list[str]:
     return used
 
 
-def _took(view: RunView) -> float | None:
+def _took(view: RunView, summary: dict[str, Any]) -> float | None:
     """The run's time: its record's (stamped to the second), or its steps' span if longer."""
     took = duration(view.started, view.updated, not view.finished)
-    starts = [s.started_at for s in view.steps if s.started_at is not None]
-    ends = [s.ended_at for s in view.steps if s.ended_at is not None]
-    if starts and ends:
-        took = max(took or 0.0, max(ends) - min(starts))
+    if summary["first"] is not None and summary["last"] is not None:
+        took = max(took or 0.0, summary["last"] - summary["first"])
     return took
 
 
@@ -357,109 +350,77 @@ def _agent(store: Any, run_id: str, agent: AgentRef, where: str) -> dict[str, An
             "memory": memory[:MEMORY_SHOWN], "cut": cut}
 
 
-def source_lines(view: RunView) -> list[Line]:
+def source_lines(source: str, summary: dict[str, Any]) -> list[Line]:
     """The program's lines, each statement's marked with what its steps did."""
-    out = [Line(i, text) for i, text in enumerate(view.source.rstrip("\n").split("\n"),
-                                                  start=1)]
-    by_line: dict[int, list[Step]] = defaultdict(list)
-    for step in view.steps:
-        if 0 < step.line <= len(out):
-            by_line[step.line].append(step)
-    for number, steps in by_line.items():
+    out = [Line(i, text) for i, text in enumerate(source.rstrip("\n").split("\n"), start=1)]
+    for number, state, counts, seconds, timed, again, verdicts in summary["marks"]:
+        if not 0 < number <= len(out):
+            continue
         line = out[number - 1]
-        sessions = [s for s in steps if s.kind == "session"]
-        line.verdicts = [s for s in steps if s.kind == "verdict"][-3:]
-        states = Counter(s.status for s in sessions)
-        line.state = next((name for status, name in _LINE_STATE if states[status]),
-                          "done" if line.verdicts else "")
+        line.state, line.verdicts = state, [(v, reason) for v, reason in verdicts]
         parts = []
-        if len(sessions) > 1:
-            parts.append(", ".join(f"{n} {s}" for s, n in states.most_common()))
-        times = [s.duration for s in sessions if s.duration is not None]
-        if times:
-            parts.append(seconds_text(sum(times)) if len(times) == 1
-                         else f"{seconds_text(sum(times))} in all")
-        again = sum(s.attempts - 1 for s in sessions if s.attempts > 1)
+        if counts:
+            parts.append(", ".join(f"{n} {status}" for status, n in counts))
+        if timed:
+            parts.append(seconds_text(seconds) if timed == 1
+                         else f"{seconds_text(seconds)} in all")
         if again:  # a retry, or a start again after the run was resumed
             parts.append(f"{again} more attempt{'s' if again > 1 else ''}")
         line.note = " · ".join(parts)
-    unreached = "skipped" if view.status in ("completed", "failed") else "pending"
-    for number in (view.session_lines if view.session_lines is not None
-                   else program_map(view.source).session_lines):
-        if 0 < number <= len(out) and not out[number - 1].state:
-            out[number - 1].state = unreached  # an interrupted run may still get there
-    error_line = view.failed_line
-    if error_line and view.status == "failed" and 0 < error_line <= len(out):
-        out[error_line - 1].state = "failed"
     return out
 
 
-def timeline(view: RunView) -> dict[str, Any]:
+def timeline(source: str, summary: dict[str, Any]) -> dict[str, Any]:
     """Sessions as bars over time, one row per statement (a loop's rounds in its row, parallel
-    branches in rows side by side); rows past :data:`BARS_PER_ROW` sessions as density."""
-    timed = [s for s in view.steps if s.kind == "session" and s.started_at is not None]
-    if not timed:
+    branches in rows side by side); a row the state layer summed up as counts in columns is a
+    density strip."""
+    found = summary["timeline"]
+    if not found:
         return {"rows": [], "height": 0, "span": ""}
-    start = min(s.started_at or 0.0 for s in timed)
-    end = max((s.ended_at or s.started_at or 0.0) for s in timed)
-    if not view.finished:
-        end = max(end, time.time())  # a session under way reaches to now
+    start, end = found["start"], found["end"]
     span = max(end - start, 1e-3)
     scale = (WIDTH - LABEL) / span
-    lines = view.source.split("\n")
-    groups: dict[int, list[Step]] = defaultdict(list)
-    for step in timed:
-        groups[step.line].append(step)
+    lines = source.split("\n")
     rows, y = [], 0.0
-    for number in sorted(groups):
-        steps = groups[number]
-        text = lines[number - 1].strip() if 0 < number <= len(lines) else steps[0].key
-        rounds = {m.group(1) for s in steps for m in [_ITERATION.search(s.key)] if m}
-        summary = f"×{len(steps)}" + (f" in {len(rounds)} rounds" if len(rounds) > 1 else "")
+    for row in found["rows"]:
+        number = row["line"]
+        text = lines[number - 1].strip() if 0 < number <= len(lines) else row["key"]
+        summary_text = f"×{row['count']}" + (f" in {row['rounds']} rounds"
+                                             if row["rounds"] > 1 else "")
         bars: list[Bar] = []
-        strips: dict[str, list[str]] = defaultdict(list)  # a density strip: a path a state
-        if len(steps) <= BARS_PER_ROW:
+        strips: dict[str, list[str]] = {}  # a density strip: a path a state
+        if "bars" in row:
             placed, lane_end = [], [-1.0] * LANES
-            for step in sorted(steps, key=lambda s: s.started_at or 0.0):
-                began = step.started_at or start
-                ended = step.ended_at or end
+            for key, status, began, ended in row["bars"]:
+                ended = ended or end
                 lane = next((i for i, t in enumerate(lane_end) if t <= began), LANES - 1)
                 lane_end[lane] = ended
-                placed.append((step, lane, began, ended))
-            height = (ROW - 4) / (1 + max(lane for _, lane, _, _ in placed))
-            for step, lane, began, ended in placed:
+                placed.append((key, status, lane, began, ended))
+            height = (ROW - 4) / (1 + max(lane for _, _, lane, _, _ in placed))
+            for key, status, lane, began, ended in placed:
                 bars.append(Bar(LABEL + (began - start) * scale, y + 2 + lane * height,
                                 max(2.0, (ended - began) * scale), max(1.0, height - 1),
-                                _bar_state(step.status),
-                                f"{step.key}: {step.status}, {seconds_text(ended - began)}"))
+                                shown_state(status),
+                                f"{key}: {status}, {seconds_text(ended - began)}"))
         else:
-            bins: list[Counter[str]] = [Counter() for _ in range(BINS)]
-            for step in steps:
-                at = int(((step.started_at or start) - start) / span * (BINS - 1))
-                bins[at][_bar_state(step.status)] += 1
-            peak = max(sum(b.values()) for b in bins) or 1
+            peak = max(sum(counted.values()) for _, counted in row["bins"]) or 1
             width = (WIDTH - LABEL) / BINS
-            for i, counted in enumerate(bins):
-                if not counted:
-                    continue
+            for i, counted in row["bins"]:
                 total = sum(counted.values())
                 height = max(2.0, (ROW - 4) * total / peak)
-                state = next((s for s in ("failed", "running", "cancelled") if counted[s]),
+                state = next((s for s in ("failed", "running", "cancelled") if counted.get(s)),
                              "done")
-                strips[state].append(f"M{LABEL + i * width:.1f} {y + ROW - 2 - height:.1f}"
-                                     f"h{width - 0.5:.1f}v{height:.1f}h-{width - 0.5:.1f}z")
+                strips.setdefault(state, []).append(
+                    f"M{LABEL + i * width:.1f} {y + ROW - 2 - height:.1f}"
+                    f"h{width - 0.5:.1f}v{height:.1f}h-{width - 0.5:.1f}z")
         label = f"{number}: {text}"
-        room = min(26, LABEL_CHARS - len(summary))  # the label and the count share a line
+        room = min(26, LABEL_CHARS - len(summary_text))  # the label and the count share a line
         label = label if len(label) <= room else label[:room - 1] + "…"
-        rows.append(TimelineRow(label, y, summary, bars,
+        rows.append(TimelineRow(label, y, summary_text, bars,
                                 {state: "".join(parts) for state, parts in strips.items()}))
         y += ROW
     return {"rows": rows, "height": y, "span": seconds_text(span), "label": LABEL,
             "width": WIDTH}
-
-
-def _bar_state(status: str) -> str:
-    return {"executing": "running", "complete": "done"}.get(status, status)
 
 
 def binding_value(store: Any, run_id: str, name: str, eid: int | None) -> Any | None:

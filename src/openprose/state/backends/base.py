@@ -148,7 +148,10 @@ class Backend(ABC):
     @abstractmethod
     def write_digest(self, run_id: str, text: str) -> None: ...
     @abstractmethod
-    def read_digest(self, run_id: str) -> str | None: ...
+    def read_digest(self, run_id: str, start: int = 0, end: int | None = None
+                    ) -> bytes | None:
+        """Bytes ``start`` to ``end`` (its end: None) of the run's digest; None: it has none.
+        A view reads the digest's head and the rows of one page, not the whole of it."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

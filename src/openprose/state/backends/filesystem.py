@@ -810,9 +810,10 @@ class FilesystemBackend(Backend):
     def write_digest(self, run_id: str, text: str) -> None:
         atomic_write(self._run_file(run_id, DIGEST), text, staging=self.writing)
 
-    def read_digest(self, run_id: str) -> str | None:
+    def read_digest(self, run_id: str, start: int = 0, end: int | None = None
+                    ) -> bytes | None:
         try:
-            return read_exact(self._run_file(run_id, DIGEST))
+            return read_bytes(self._run_file(run_id, DIGEST), start, end)
         except FileNotFoundError:
             return None
 

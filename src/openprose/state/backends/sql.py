@@ -480,8 +480,9 @@ class SqlBackend(Backend):
         if self.files.run_dir(run_id).is_dir():
             self.files.write_digest(run_id, text)
 
-    def read_digest(self, run_id: str) -> str | None:
-        return self.files.read_digest(run_id)
+    def read_digest(self, run_id: str, start: int = 0, end: int | None = None
+                    ) -> bytes | None:
+        return self.files.read_digest(run_id, start, end)
 
     def read_state(self, run_id: str) -> str:
         rows = self.fetch(run_id, "SELECT state_md FROM {p}run WHERE id = ?", (run_id,))
