@@ -130,3 +130,34 @@ def test_a_program_is_analysed_once() -> None:
     longer = source + 'let c = session "three"\n'
     other = analyze(compile(longer).program, longer)
     assert other is not shared and len(other.statements) == len(shared.statements) + 1
+
+
+def test_a_line_added_or_removed_mid_text_moves_the_parses_below_in_place() -> None:
+    """A line added or removed above a statement moves its kept parse: the same tree, its
+    spans moved (no copy of the statements below, which took a second on a 1 MB text), and
+    only the statement the edit touched read again; the text as a whole compile reads it."""
+    units = [f'let x{i} = session "part {i}"\nsession "again {{x{i}}}"\n' for i in range(40)]
+    text = "".join(units)
+    parses = Parses()
+    before = compile(text, parses=parses).program
+    assert before is not None
+    middle = "".join(units[:20])
+    for version in (middle + 'session "added"\n' + text[len(middle):], text,
+                    middle[:-1] + text[len(middle):]):  # added, removed, another removed
+        after = compile(version, parses=parses)
+        assert after.program is not None
+        kept = {id(s) for s in before.body}
+        new = [s for s in after.program.body if id(s) not in kept]
+        assert len(new) <= 2 and all(s.span.line <= 41 for s in new)
+        assert _exact(after) == _exact(compile(version))
+
+
+def test_the_same_statement_twice_keeps_a_parse_for_each() -> None:
+    """A parse is moved in place, so one kept for a statement written twice is placed once:
+    the other is read again, and neither moves the other."""
+    twice = 'session "same"\n\nsession "same"\n'
+    parses = Parses()
+    for version in (twice, "\n" + twice, twice + twice, "\n\n" + twice + "\n" + twice, twice,
+                    'let a = 1\n' + twice + twice):
+        assert _exact(compile(version, parses=parses)) == _exact(compile(version))
+        assert _lexed(*parses.lexed(version)) == _lexed(*_whole_lexed(version))
