@@ -6,11 +6,13 @@ import random
 from pathlib import Path
 
 import prose_fuzzgen as g
+import pytest
 
 from openprose.language import CompileResult, compile, nodes
 from openprose.language.analysis import analyze
 from openprose.language.lexer import Lexer, Token
 from openprose.language.parser import Parses
+from openprose.language.validator import Validator
 
 BROKEN = 'let a = session "unterminated\nlet b = session "fine"\n'
 
@@ -161,3 +163,31 @@ def test_the_same_statement_twice_keeps_a_parse_for_each() -> None:
                     'let a = 1\n' + twice + twice):
         assert _exact(compile(version, parses=parses)) == _exact(compile(version))
         assert _lexed(*parses.lexed(version)) == _lexed(*_whole_lexed(version))
+
+
+def test_a_definition_changed_checks_again_only_the_statements_that_read_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Renaming an agent changes the definitions: the statements whose checks looked that
+    name up are checked again (a session of it now names an undefined agent), and those that
+    went through every name (a "did you mean" suggestion); the others keep their findings
+    (all were checked again: 0.7 s on a 1 MB text)."""
+    units = [f'agent a{i}:\n  model: sonnet\n\nlet x{i} = session: a{i}\n'
+             f'session "{{x{i}}}"\n' for i in range(30)]
+    text = "".join(units) + 'session "{x7_}"\n'  # E029, suggesting x7
+    parses = Parses()
+    compile(text, parses=parses)
+    visited: list[int] = []
+    visit = Validator.visit
+
+    def counted(self: Validator, node: nodes.Node, *args: object) -> object:
+        visited.append(id(node))
+        return visit(self, node, *args)
+
+    monkeypatch.setattr(Validator, "visit", counted)
+    for version in (text.replace("agent a7:", "agent a7b:"), text):
+        visited.clear()
+        result = compile(version, parses=parses)
+        assert result.program is not None
+        assert _exact(result) == _exact(compile(version))
+        top = {id(s) for s in result.program.body}
+        assert len(top.intersection(visited)) == 3  # the agent, its session, the E029
