@@ -219,6 +219,22 @@ async def test_definition_and_references(client, corpus, tmp_path):
     editor.close(uri2)
 
 
+async def test_document_highlight_marks_where_a_name_is_bound_and_read(client, corpus,
+                                                                       tmp_path):
+    editor = Editor(client)
+    text = (corpus / "26-parameterized-blocks.prose").read_text("utf-8")
+    uri, _ = await editor.open(tmp_path / "highlight.prose", text)
+    answer = await client.text_document_document_highlight_async(
+        lsp.DocumentHighlightParams(doc(uri), at(text, "{language}", 1, offset=1)))
+    found = sorted(((h.range.start.line, h.range.start.character), h.kind) for h in answer)
+    param = at(text, "review_code(language", offset=12)
+    assert found[0] == ((param.line, param.character), lsp.DocumentHighlightKind.Write)
+    uses = [at(text, "{language}", i, offset=1) for i in range(text.count("{language}"))]
+    assert found[1:] == [((u.line, u.character), lsp.DocumentHighlightKind.Read)
+                         for u in uses]
+    editor.close(uri)
+
+
 async def test_completion_offers_what_fits_the_place(client, corpus, tmp_path):
     editor = Editor(client)
     text = (corpus / "26-parameterized-blocks.prose").read_text("utf-8")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -202,9 +202,23 @@ def analyze(program: n.Program, source: str) -> Analysis:
     return analysis
 
 
-def _analyze(program: n.Program, source: str) -> Analysis:
-    walker = _Statements(source.split("\n"))
-    walker.body(program.body, "", None, None)
+def analyze_part(program: n.Program, source: str, only: Iterable[int]) -> Analysis:
+    """The analysis of some of ``program``'s top-level statements (by index), each with the
+    path it has in the whole program's: what a question about one place or a few names
+    reads of a long program (an editor's hover), whose whole analysis takes seconds. Its
+    ``program`` holds those statements only."""
+    return _analyze(program, source, sorted(set(only)))
+
+
+def _analyze(program: n.Program, source: str, only: list[int] | None = None) -> Analysis:
+    lines = source.split("\n")
+    walker = _Statements(lines)
+    if only is None:
+        walker.body(program.body, "", None, None)
+    else:
+        for i in only:
+            walker.visit(program.body[i], paths.child("", i), None, None)
+        program = n.Program(tuple(program.body[i] for i in only), span=program.span)
     for block in program.blocks.values():
         walker.body(block.body, block.name, block.name, None)
     statements = walker.out
@@ -214,7 +228,7 @@ def _analyze(program: n.Program, source: str) -> Analysis:
                     {name: Block(b.name, b.params, b.depth_limit)
                      for name, b in program.blocks.items()},
                     *_symbols(statements), walker.constructs, program,
-                    tuple(_Names(source.split("\n"), statements).walk(program)))
+                    tuple(_Names(lines, statements).walk(program)))
 
 
 def program_outputs(statements: Any) -> tuple[str, ...]:
@@ -583,4 +597,5 @@ def _judged(condition: n.Node) -> bool:
 
 
 __all__ = ["BINDING_KINDS", "SESSION_KINDS", "Agent", "Analysis", "Block", "NodeVisitor",
-           "Statement", "Symbol", "agent_settings", "analyze", "persist_scope", "program_outputs"]
+           "Statement", "Symbol", "agent_settings", "analyze", "analyze_part", "persist_scope",
+           "program_outputs"]

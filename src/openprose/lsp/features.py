@@ -50,11 +50,12 @@ class Refused(OpenProseError):
 # ---------------------------------------------------------------------- hover
 
 def hover(doc: Document, position: lsp.Position) -> lsp.Hover | None:
-    analysis = doc.analysis
-    if analysis is None:
+    around = doc.around(position)
+    if around is None:
         return None
-    symbol = doc.symbol_at(position)
-    text = describe(doc, analysis, symbol) if symbol else session_hover(doc, position)
+    analysis, symbol = around
+    text = describe(doc, analysis, symbol) if symbol else session_hover(doc, analysis,
+                                                                          position)
     if not text:
         return None
     span = symbol.span if symbol else None
@@ -101,14 +102,14 @@ def describe(doc: Document, analysis: Analysis, symbol: Symbol) -> str | None:
     return f"**binding** `{name}`\n" + "\n".join(places)
 
 
-def session_hover(doc: Document, position: lsp.Position) -> str | None:
+def session_hover(doc: Document, analysis: Analysis, position: lsp.Position) -> str | None:
     """On a ``session``/``resume`` keyword: the agent it uses and its context names."""
     line, column = doc.at(position)
     text = doc.lines[line - 1] if line <= len(doc.lines) else ""
     word = re.search(r"\b(session|resume)\b", text)
-    if not word or not word.start() <= column - 1 <= word.end() or doc.analysis is None:
+    if not word or not word.start() <= column - 1 <= word.end():
         return None
-    for stmt in doc.analysis.statements.values():
+    for stmt in analysis.statements.values():
         if stmt.line == line and stmt.kind in SESSION_KINDS:
             session = _session(stmt.node)
             lines = [f"**{stmt.kind}**" + (f" `{stmt.binds}`" if stmt.binds else ""),
@@ -139,12 +140,12 @@ def _short(text: str, most: int = 200) -> str:
 # ---------------------------------------------------------------------- navigation
 
 def definition(doc: Document, position: lsp.Position) -> list[lsp.Location]:
-    symbol = doc.symbol_at(position)
-    if symbol is None or doc.analysis is None:
+    analysis, symbol = doc.around(position) or (None, None)
+    if symbol is None or analysis is None:
         return []
     out = []
-    for found in doc.analysis.definitions_of(symbol):
-        imported = _imported_file(doc, found)
+    for found in analysis.definitions_of(symbol):
+        imported = _imported_file(doc, analysis, found)
         if imported is not None and (symbol.defines or found.kind == "program"):
             out.append(lsp.Location(imported.resolve().as_uri(),
                                     lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0))))
@@ -153,11 +154,11 @@ def definition(doc: Document, position: lsp.Position) -> list[lsp.Location]:
     return out
 
 
-def _imported_file(doc: Document, symbol: Symbol) -> Path | None:
+def _imported_file(doc: Document, analysis: Analysis, symbol: Symbol) -> Path | None:
     """The local file a program's alias names, when it is one."""
-    if symbol.kind != "program" or doc.analysis is None:
+    if symbol.kind != "program":
         return None
-    stmt = doc.analysis.statements.get(symbol.statement)
+    stmt = analysis.statements.get(symbol.statement)
     if stmt is None:
         return None
     return next((imp.path for imp in doc.imports
@@ -166,12 +167,21 @@ def _imported_file(doc: Document, symbol: Symbol) -> Path | None:
 
 def references(doc: Document, position: lsp.Position, declaration: bool
                ) -> list[lsp.Location]:
-    symbol = doc.symbol_at(position)
-    if symbol is None or doc.analysis is None:
+    analysis, symbol = doc.around(position) or (None, None)
+    if symbol is None or analysis is None:
         return []
-    found = doc.analysis.references_of(symbol)
-    return [lsp.Location(doc.uri, doc.range(s.span)) for s in found
+    return [lsp.Location(doc.uri, doc.range(s.span)) for s in analysis.references_of(symbol)
             if declaration or not s.defines]
+
+
+def highlights(doc: Document, position: lsp.Position) -> list[lsp.DocumentHighlight]:
+    """Every place in the text the name at ``position`` is defined (write) or read."""
+    analysis, symbol = doc.around(position) or (None, None)
+    if symbol is None or analysis is None:
+        return []
+    return [lsp.DocumentHighlight(doc.range(s.span), lsp.DocumentHighlightKind.Write
+                                  if s.defines else lsp.DocumentHighlightKind.Read)
+            for s in analysis.references_of(symbol)]
 
 
 # ---------------------------------------------------------------------- completion

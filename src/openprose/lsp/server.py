@@ -140,6 +140,12 @@ def references(ls: ProseLanguageServer, params: lsp.ReferenceParams) -> list[lsp
         doc, params.position, params.context.include_declaration), [])
 
 
+@server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT)
+def document_highlight(ls: ProseLanguageServer, params: lsp.DocumentHighlightParams
+                       ) -> list[lsp.DocumentHighlight]:
+    return _on(params, lambda doc: features.highlights(doc, params.position), [])
+
+
 @server.feature(lsp.TEXT_DOCUMENT_COMPLETION,
                 lsp.CompletionOptions(trigger_characters=[":", " ", "{", ","]))
 def completion(ls: ProseLanguageServer, params: lsp.CompletionParams) -> lsp.CompletionList:
