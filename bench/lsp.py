@@ -115,7 +115,7 @@ REQUESTS: dict[str, Callable[[Document], object]] = {
     "document highlight of a binding": lambda doc: features.highlights(
         doc, place(doc, "context: [x")),
     "completion in context: [...]": lambda doc: features.completion(
-        doc, doc.analysis, place(doc, "context: [")),
+        doc, doc, place(doc, "context: [")),
     "semantic tokens": features.semantic_tokens,
 }
 

@@ -41,6 +41,9 @@ class CompileResult:
     path: str | None = None
     #: Diagnostics left out beyond :data:`MAX_DIAGNOSTICS` (errors are kept before warnings).
     omitted: int = 0
+    #: the nodes that bind names (:func:`nodes.declaring`), found with the parse: an editor
+    #: offers their names without walking a long program again
+    declaring: tuple[nodes.Node, ...] = ()
 
     @property
     def omitted_note(self) -> str | None:
@@ -94,7 +97,8 @@ def compile(source: str, path: str | None = None, *, root: Path | None = None,
     finally:
         sys.setrecursionlimit(limit)
     kept = _capped(diagnostics)
-    return CompileResult(program, kept, source, path, len(diagnostics) - len(kept))
+    return CompileResult(program, kept, source, path, len(diagnostics) - len(kept),
+                         declaring or ())
 
 
 def syntax_tree(source: str) -> nodes.Program | None:

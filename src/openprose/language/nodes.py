@@ -513,6 +513,14 @@ _SET_LINE = Span.line.__set__  # type: ignore[attr-defined]
 _SET_END_LINE = Span.end_line.__set__  # type: ignore[attr-defined]
 
 
+def bound_by(node: Node) -> tuple[str, ...]:
+    """The names a node :func:`declaring` gives binds (none for an unnamed one)."""
+    if isinstance(node, Let):
+        return node.target.names if isinstance(node.target, Destructure) else (node.target,)
+    name = getattr(node, "name", None)
+    return (name,) if name else ()
+
+
 def declaring(roots: tuple[Node, ...]) -> tuple[Node, ...]:
     """The nodes under ``roots`` that bind a name (``let``/``const``, ``output``, ``input``,
     a named parallel branch), in source order: what the validator's first pass reads."""

@@ -124,12 +124,8 @@ class Validator(NodeVisitor):
         found = self.declaring
         declared, lets, consts, agents = self.declared, self.lets, self.consts, self.agents
         for node in n.declaring(self.program.body) if found is None else found:
-            if isinstance(node, n.Let):  # the names it binds, and how
-                names, kind = _let_names(node), node.kind
-            elif node.name:  # an output, input or parallel branch
-                names, kind = (node.name,), None
-            else:
-                names, kind = (), None
+            # the names it binds, and how (an output, input or parallel branch: no kind)
+            names, kind = n.bound_by(node), getattr(node, "kind", None)
             if isinstance(node, n.Input):
                 if not node.name:
                     self.error("E020", "input needs a name: input NAME: \"description\"", node.span)
@@ -273,7 +269,7 @@ class Validator(NodeVisitor):
         outputs: dict[str, n.Node] = {}
         for i, stmt in enumerate(body):
             if isinstance(stmt, n.Let):
-                for name in _let_names(stmt):
+                for name in n.bound_by(stmt):
                     if name in lets:
                         self.error("E019", f"'{name}' is already declared on line "
                                    f"{lets[name].span.line}; assign to it without "
@@ -813,10 +809,6 @@ def _word(value: n.Node | n.PropertyBlock) -> str | None:
     if isinstance(value, n.String):
         return value.text
     return None
-
-
-def _let_names(stmt: n.Let) -> tuple[str, ...]:
-    return stmt.target.names if isinstance(stmt.target, n.Destructure) else (stmt.target,)
 
 
 def validate(program: n.Program, path: str | None = None, root: Path | None = None,

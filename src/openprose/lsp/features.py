@@ -186,19 +186,27 @@ def highlights(doc: Document, position: lsp.Position) -> list[lsp.DocumentHighli
 
 # ---------------------------------------------------------------------- completion
 
-def completion(doc: Document, analysis: Analysis | None, position: lsp.Position
+def completion(doc: Document, known: Document | None, position: lsp.Position
                ) -> list[lsp.CompletionItem]:
+    """What fits at ``position`` in ``doc``, the names read from ``known`` (``doc``, or
+    the last version that could be parsed)."""
     line, column = doc.at(position)
     text = doc.lines[line - 1][:column - 1] if line <= len(doc.lines) else ""
-    if analysis is None:
+    program = known.result.program if known is not None else None
+    if known is None or program is None:
         return []
     if re.search(rf"\b(session|resume)(\s+{NAME})?:\s*[\w-]*$", text):
-        return _items(sorted(analysis.agents), lsp.CompletionItemKind.Class, "agent")
+        return _items(sorted({s.name for s in program.body if isinstance(s, n.AgentDef)}),
+                      lsp.CompletionItemKind.Class, "agent")
     if re.search(r"\bdo\s+[\w-]*$", text):
-        return _items(sorted(analysis.blocks), lsp.CompletionItemKind.Function, "block")
+        return _items(sorted({s.name for s in program.body if isinstance(s, n.BlockDef)}),
+                      lsp.CompletionItemKind.Function, "block")
     if re.search(r'"[^"]*\{[\w-]*$', text) or re.search(r"^\s*context:.*?[\w-]*$", text):
-        return _items(visible(analysis, line, column), lsp.CompletionItemKind.Variable,
-                      "binding")
+        around = known.around(lsp.Position(line - 1, 0))
+        names = {name for node in known.result.declaring for name in n.bound_by(node)}
+        if around is not None:
+            names.update(visible(around[0], line, column))
+        return _items(sorted(names), lsp.CompletionItemKind.Variable, "binding")
     value = re.match(r"^\s*([\w-]+):\s*[\w-]*$", text)
     if value and value.group(1) in VALUES:
         return _items(VALUES[value.group(1)], lsp.CompletionItemKind.EnumMember,
@@ -219,8 +227,8 @@ def _items(names: list[str], kind: lsp.CompletionItemKind, detail: str
 
 
 def visible(analysis: Analysis, line: int, column: int) -> list[str]:
-    """The names a value may read at ``line:column``: the program's bindings (visible
-    throughout it) and the parameters and variables of the constructs around it."""
+    """The names a value may read at ``line:column`` in ``analysis``: its bindings (visible
+    throughout the program) and the parameters and variables of the constructs around it."""
     names = set()
     for s in analysis.symbols:
         if not s.defines or s.kind not in ("binding", "parameter", "variable"):

@@ -14,7 +14,6 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from openprose import __version__
-from openprose.language.analysis import Analysis
 from openprose.language.parser import Parses
 from openprose.lsp import features
 from openprose.lsp.document import Document, settle
@@ -28,7 +27,7 @@ log = logging.getLogger(__name__)
 class ProseLanguageServer(LanguageServer):
     """Keeps each open document's latest compile, the parses its next version reuses (edits
     arrive as ranges, the default incremental sync), and the last version that could be
-    parsed (completion goes on from its analysis while a line is half typed)."""
+    parsed (completion goes on from it while a line is half typed)."""
 
     def __init__(self) -> None:
         super().__init__("openprose", __version__)
@@ -52,10 +51,9 @@ class ProseLanguageServer(LanguageServer):
             uri, doc.diagnostics(), version=doc.version))
         settle()
 
-    def last_analysis(self, doc: Document) -> Analysis | None:
-        """``doc``'s analysis, else that of the last version that could be parsed."""
-        last = self.parsed.get(doc.uri)
-        return doc.analysis or (last.analysis if last is not None else None)
+    def last_parsed(self, doc: Document) -> Document | None:
+        """``doc``, else the last version of it that could be parsed."""
+        return doc if doc.result.program is not None else self.parsed.get(doc.uri)
 
     def later(self, uri: str) -> None:
         """Compile and publish once the text has been still for :data:`DEBOUNCE`: of a
@@ -151,7 +149,7 @@ def document_highlight(ls: ProseLanguageServer, params: lsp.DocumentHighlightPar
 def completion(ls: ProseLanguageServer, params: lsp.CompletionParams) -> lsp.CompletionList:
     def answer(doc: Document) -> lsp.CompletionList:
         return lsp.CompletionList(False, features.completion(
-            doc, ls.last_analysis(doc), params.position))
+            doc, ls.last_parsed(doc), params.position))
     return _on(params, answer, lsp.CompletionList(False, []))
 
 
