@@ -203,8 +203,13 @@ class Validator(NodeVisitor):
         before = found.get(None)
         if not isinstance(before, tuple) or before[0] != where:
             found, changed = {}, frozenset()
-        else:
-            changed = frozenset(name for (_, name), _ in before[1].items() ^ definitions.items())
+        elif before[1] == definitions:
+            changed = frozenset()
+        else:  # the names added to or left out of a table, or known otherwise there
+            changed = frozenset().union(*(
+                old ^ new if isinstance(new, frozenset) else
+                {name for name, _ in old.items() ^ new.items()}
+                for old, new in zip(before[1], definitions, strict=True)))
         self.fresh[None] = where, definitions
         read: set[str] = set()  # the names the statement being checked looked up
         for table in ("declared", "lets", "consts", "agents", "blocks", "uses", "skills",
@@ -215,20 +220,16 @@ class Validator(NodeVisitor):
         self.checked.update(self.fresh)
         return self.diagnostics
 
-    def definitions(self) -> dict[tuple[str, str], object]:
-        """What a top-level statement's checks may read of the others, by table and name:
-        the names bound (and how), imported and their skills, each agent and whether it
+    def definitions(self) -> tuple[frozenset[str] | dict[str, object], ...]:
+        """What a top-level statement's checks may read of the others, table by table: the
+        names bound (and how), imported and their skills; each agent and whether it
         persists, each block's parameters, each const's line and whether it is a string."""
-        known: dict[tuple[str, str], object] = {}
-        for table, names in (("declared", self.declared), ("lets", self.lets),
-                             ("uses", self.uses), ("skills", self.skills)):
-            known.update(((table, name), True) for name in names)
-        known.update((("agents", name), agent.property("persist") is None)
-                     for name, agent in self.agents.items())
-        known.update((("blocks", name), block.params) for name, block in self.blocks.items())
-        known.update((("consts", name), (const.span.line, isinstance(
-            getattr(const, "value", None), n.String))) for name, const in self.consts.items())
-        return known
+        return (frozenset(self.declared), frozenset(self.lets), frozenset(self.uses),
+                frozenset(self.skills),
+                {name: agent.property("persist") is None for name, agent in self.agents.items()},
+                {name: block.params for name, block in self.blocks.items()},
+                {name: (const.span.line, isinstance(getattr(const, "value", None), n.String))
+                 for name, const in self.consts.items()})
 
     def top(self, stmt: n.Node, key: object, found: dict[object, object],
             changed: frozenset[str], read: set[str]) -> None:
