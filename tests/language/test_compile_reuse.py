@@ -191,3 +191,12 @@ def test_a_definition_changed_checks_again_only_the_statements_that_read_it(
         assert _exact(result) == _exact(compile(version))
         top = {id(s) for s in result.program.body}
         assert len(top.intersection(visited)) == 3  # the agent, its session, the E029
+
+
+def test_findings_of_a_statement_removed_are_not_kept_for_its_return() -> None:
+    """A statement taken out, then written again after a definition it reads changed: its
+    findings are checked again (the change happened while it was not there to see it)."""
+    parses = Parses()
+    for version in ('agent b:\n  model: sonnet\n\nsession: b\n', 'agent b:\n  model: sonnet\n\n',
+                    'agent c:\n  model: sonnet\n\n', 'agent c:\n  model: sonnet\n\nsession: b\n'):
+        assert _exact(compile(version, parses=parses)) == _exact(compile(version))

@@ -1132,10 +1132,13 @@ class Parses:
         while i < last:
             step = 1
             tail = out[-1].tail if out else None
-            if i == shared and not moved and tail is None and old_cut[r][1][2] is None \
+            if i == shared and tail is None and old_cut[r][1][2] is None \
                     and placed.isdisjoint(id(c[2]) for c in old_cut[r:]):
-                # read from here on as before (the same keys): the last text's pieces
+                # read from here on as before (the same keys): the last text's pieces,
+                # moved by the lines the edit added or removed
                 before, first = len(keys) - old_cut[r][3], old_cut[r][0]
+                for k, key, piece, _ in old_cut[r:] if moved else ():
+                    kept[key] = lines[k - first + i], _moved(piece, moved)
                 cut.extend((k - first + i, key, piece, count + before)
                            for k, key, piece, count in old_cut[r:])
                 out.extend(c[2] for c in old_cut[r:])

@@ -93,7 +93,6 @@ class Validator(NodeVisitor):
         self.program = program
         self.declaring = declaring  # nodes.declaring of the program, when known
         self.keys, self.checked = keys, checked  # see validate
-        self.fresh: dict[object, object] = {}  # this text's findings, for checked
         self.path = path
         self.root = root
         self.diagnostics: list[Diagnostic] = []
@@ -202,7 +201,8 @@ class Validator(NodeVisitor):
         where, definitions = (self.path, self.root), self.definitions()
         before = found.get(None)
         if not isinstance(before, tuple) or before[0] != where:
-            found, changed = {}, frozenset()
+            found.clear()
+            changed = frozenset()
         elif before[1] == definitions:
             changed = frozenset()
         else:  # the names added to or left out of a table, or known otherwise there
@@ -210,14 +210,16 @@ class Validator(NodeVisitor):
                 old ^ new if isinstance(new, frozenset) else
                 {name for name, _ in old.items() ^ new.items()}
                 for old, new in zip(before[1], definitions, strict=True)))
-        self.fresh[None] = where, definitions
         read: set[str] = set()  # the names the statement being checked looked up
         for table in ("declared", "lets", "consts", "agents", "blocks", "uses", "skills",
                       "contracts"):
             setattr(self, table, _Reads(getattr(self, table), read))
         self.statements(self.program.body, frozenset(), False, found, (changed, read))
-        self.checked.clear()
-        self.checked.update(self.fresh)
+        # the findings of statements no longer in the text go: the names changed until
+        # one is written again are not known
+        for key in found.keys() - set(self.keys):
+            del found[key]
+        found[None] = where, definitions
         return self.diagnostics
 
     def definitions(self) -> tuple[frozenset[str] | dict[str, object], ...]:
@@ -240,25 +242,24 @@ class Validator(NodeVisitor):
         program call's result (which the checks read)."""
         line = stmt.span.line
         if self.call_results:
+            found.pop(key, None)
             self.visit(stmt, frozenset(), False)
             return
         kept = found.get(key)
         if kept is not None and (kept[0] == line or not kept[1]) and (  # type: ignore[index]
                 not changed or (kept[3].isdisjoint(changed)  # type: ignore[index]
                                 and EVERY not in kept[3])):  # type: ignore[index]
-            _, diagnostics, results, names = kept  # type: ignore[misc]
+            _, diagnostics, results, _ = kept  # type: ignore[misc]
             if diagnostics:
                 self.diagnostics.extend(diagnostics)
             if results:
                 self.call_results.update(results)
-        else:
-            start = len(self.diagnostics)
-            read.clear()
-            self.visit(stmt, frozenset(), False)
-            diagnostics, results = tuple(self.diagnostics[start:]), tuple(
-                self.call_results.items())
-            names = frozenset(read)
-        self.fresh[key] = line, diagnostics, results, names
+            return
+        start = len(self.diagnostics)
+        read.clear()
+        self.visit(stmt, frozenset(), False)
+        found[key] = (line, tuple(self.diagnostics[start:]), tuple(self.call_results.items()),
+                      frozenset(read))
 
     def statements(self, body: tuple[n.Node, ...], scope: frozenset[str], in_catch: bool,
                    found: dict[object, object] | None = None,
@@ -819,9 +820,9 @@ def validate(program: n.Program, path: str | None = None, root: Path | None = No
     ``root``: the project the program belongs to (see :func:`import_base`); ``declaring``:
     its nodes that bind names (:func:`nodes.declaring`), when kept with its parse. ``keys``:
     a key for each top-level statement naming its parse (parser.Parses.keys), and
-    ``checked``: the findings on the statements of the text checked before, by key,
-    replaced by this text's: a statement whose parse and definitions are unchanged is not
-    checked again."""
+    ``checked``: the findings on the statements of the text checked before, by key, made
+    this text's: a statement whose parse is unchanged, and none of whose definitions
+    changed, is not checked again."""
     return Validator(program, path, root, declaring, keys, checked).run()
 
 
