@@ -73,7 +73,8 @@ def compile(source: str, path: str | None = None, *, root: Path | None = None,
     to — a relative ``path`` is inside it, and local imports resolve from the program's own
     place there and may not leave it (E034); without one they resolve from the working
     directory (the command line's files). ``parses``: the parses kept from earlier versions of
-    this text (an editor's), reused for its unchanged statements."""
+    this text (an editor's), reused for its unchanged statements (the tree is then the
+    latest version's only: compiling the next moves its statements in place)."""
     from openprose.language.validator import validate
 
     limit = sys.getrecursionlimit()
