@@ -69,7 +69,8 @@ def test_an_edited_text_compiles_as_a_whole_compile_would() -> None:
     give exactly a fresh compile's result, spans included (and the text's tokens, whose
     moves are made only when asked for, exactly the whole text's): corpus programs edited by the
     fuzzer's mutations, one after another (strings and brackets left open, lines swapped,
-    indentation broken, ...)."""
+    indentation broken, ...), with lines added at the top and a line added or deleted at a
+    random place between them, each undone again."""
     rng = random.Random(33)
     sources = g.corpus_sources()
     for start in range(16):
@@ -78,7 +79,13 @@ def test_an_edited_text_compiles_as_a_whole_compile_would() -> None:
         for _ in range(5):
             text = g.mutate(rng, text, 2) if rng.random() < 0.8 else text + "\n" + \
                 g.excerpt(rng, rng.choice(sources), 8)
-            for version in (text, "# lines added above\n\n" + text, text):
+            lines = text.split("\n")
+            at = rng.randrange(len(lines))
+            inserted = "\n".join([*lines[:at], rng.choice(["", "# note", 'session "x"']),
+                                  *lines[at:]])
+            deleted = "\n".join(lines[:at] + lines[at + 1:])
+            for version in (text, "# lines added above\n\n" + text, text, inserted, text,
+                            deleted, text):
                 assert _exact(compile(version, parses=parses)) == _exact(compile(version))
                 if version is not text:  # its statements moved: their tokens moved when asked
                     assert _lexed(*parses.lexed(version)) == _lexed(*_whole_lexed(version))
