@@ -1065,6 +1065,9 @@ class Parses:
         #: the validator's findings on the statements of the last text, by key (see
         #: validator.validate), checked again only where they may differ
         self.checked: dict[object, object] = {}
+        #: the language server's semantic tokens of each piece of the last texts, by the
+        #: piece's key (its text: the same wherever an edit moved it)
+        self.coloured: dict[object, object] = {}
         #: how the last text was cut: the text, where each statement starts and its line,
         #: for each piece where it starts (an index into those), its key, its parse and how
         #: many statements came before it, and where each piece ends
@@ -1088,9 +1091,7 @@ class Parses:
         """The tokens and comments of the text (its end of text left out)."""
         pieces = self.pieces(source)
         for piece in pieces:
-            if piece.pending[0]:
-                n.move(piece.token_spans, piece.pending[0])
-                piece.pending[0] = 0
+            place_tokens(piece)
         return [t for p in pieces for t in p.tokens], [x for p in pieces for x in p.comments]
 
     def pieces(self, source: str) -> list[Piece]:
@@ -1199,6 +1200,14 @@ def _common_prefix(a: str, b: str) -> int:
 def _at(span: n.Span) -> tuple[int, ...]:
     """Where ``span`` is now (a span is moved in place: no key to keep)."""
     return span.line, span.column, span.end_line, span.end_column
+
+
+def place_tokens(piece: Piece) -> Piece:
+    """``piece`` with its tokens' and comments' spans at its current lines."""
+    if piece.pending[0]:
+        n.move(piece.token_spans, piece.pending[0])
+        piece.pending[0] = 0
+    return piece
 
 
 def _moved(piece: Piece, lines: int) -> Piece:

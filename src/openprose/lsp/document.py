@@ -19,7 +19,7 @@ from openprose.language.analysis import Analysis, Symbol, analyze, analyze_part
 from openprose.language.diagnostics import Diagnostic, Severity
 from openprose.language.files import read_program_file
 from openprose.language.lexer import Lexer, Token
-from openprose.language.parser import Parses
+from openprose.language.parser import Parses, Piece
 from openprose.language.validator import local_import
 
 #: the most errors of an imported program shown as related information on its ``use`` line
@@ -49,6 +49,16 @@ class Document:
         self.lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         self.parses = parses
         self.result = compile(source, path, parses=parses)
+        self.cut = parses.cut if parses is not None else None
+
+    @cached_property
+    def pieces(self) -> list[tuple[int, object, Piece, int]]:
+        """This text's pieces as its ``parses`` cut it (none without), each with its first
+        line, its key and how many top-level statements come before it."""
+        if self.cut is None:
+            return []
+        _, _, lines, cut, _ = self.cut
+        return [(lines[k], key, piece, count) for k, key, piece, count in cut]
 
     @cached_property
     def analysis(self) -> Analysis | None:
