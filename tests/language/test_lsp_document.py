@@ -1,8 +1,11 @@
 """A document's answers about one place (hover, definition, references, highlight) read
-an analysis of the statements concerned only, and give what the whole analysis gives."""
+an analysis of the statements concerned only, and give what the whole analysis gives; its
+semantic tokens are kept per statement across versions and equal the whole analysis' too."""
 
 from __future__ import annotations
 
+import random
+import re
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,67 @@ def test_a_name_is_looked_up_in_the_statements_that_write_it() -> None:
     assert len(around[0].program.body) == 2  # type: ignore[union-attr]
     assert [s.span.line for s in around[0].references_of(around[1])] == [
         text.count("\n", 0, text.index("let x7 ")) + 1, line + 1]
+
+
+def _tokens(doc: Document) -> list[int]:
+    return features.semantic_tokens(doc).data
+
+
+#: a name read in one statement coloured as what another defines (an imported program)
+IMPORTED = ('use "h/s" as lib\nlet a = session "one"\n\nsession "two {a} {lib}"\n'
+            '  context: [lib, a]\n')
+DEFINITION = re.compile(r"^(?:let|const|agent|block|output|input|use \S+ as) +([\w-]+)", re.M)
+
+
+def _edited(rng: random.Random, text: str) -> str:
+    """A line inserted or deleted at a random place, or a definition renamed (and back)."""
+    lines = text.split("\n")
+    at = rng.randrange(len(lines))
+    what = rng.randrange(3)
+    if what == 0:
+        line = rng.choice(["", "# note", 'session "x {a}"', "  context: lib", 'let lib = "s"'])
+        return "\n".join([*lines[:at], line, *lines[at:]])
+    if what == 1:
+        return "\n".join(lines[:at] + lines[at + 1:])
+    found = list(DEFINITION.finditer(text))
+    if not found:
+        return text
+    name = rng.choice(found)
+    new = name.group(1)[:-1] if name.group(1).endswith("Z") else name.group(1) + "Z"
+    return text[:name.start(1)] + new + text[name.end(1):]
+
+
+def test_semantic_tokens_kept_per_statement_are_the_whole_analysis_tokens(corpus: Path) -> None:
+    """Corpus programs edited version after version, the parses (and the tokens kept with
+    them) carried from one to the next: each version's tokens are a fresh document's, made
+    from the whole analysis, whatever moved, and whatever definition a read name lost."""
+    rng = random.Random(33)
+    sources = [p.read_text("utf-8") for p in sorted(corpus.glob("*.prose"))]
+    for text in [IMPORTED, *rng.sample(sources, min(12, len(sources)))]:
+        parses = Parses()
+        for version in range(10):
+            text = _edited(rng, text) if version else text
+            assert _tokens(Document("file:///p.prose", None, text, version, parses)) == \
+                _tokens(Document("file:///p.prose", None, text, version)), (version, text)
+
+
+def test_a_line_inserted_mid_text_colours_only_its_statement() -> None:
+    """The statements a line inserted moved keep their tokens (the same objects), the
+    statement it went into alone is coloured again, and a definition's reads elsewhere
+    follow it when it is renamed."""
+    units = [f'agent a{i}:\n  model: sonnet\n\nblock b{i}(topic):\n'
+             f'  session: a{i}\n    prompt: "About {{topic}}"\n\n'
+             f'let x{i} = do b{i}("part {i}")\nsession "Use {{x{i}}}"\n' for i in range(100)]
+    text = "".join(units)
+    parses = Parses()
+    _tokens(Document("file:///long.prose", None, text, 1, parses))
+    before = dict(parses.coloured)
+    at = text.index("\n", text.index("block b50(")) + 1
+    text = text[:at] + '  session "more"\n' + text[at:]
+    doc = Document("file:///long.prose", None, text, 2, parses)
+    assert _tokens(doc) == _tokens(Document("file:///long.prose", None, text, 2))
+    again = [key for _, key, _, _ in doc.pieces if parses.coloured[key] is not before.get(key)]
+    assert len(again) == 1 and "block b50(" in again[0][0]  # type: ignore[index]
+    text = text.replace("let x70 =", "let y70 =")
+    assert _tokens(Document("file:///long.prose", None, text, 3, parses)) == \
+        _tokens(Document("file:///long.prose", None, text, 3))
