@@ -372,6 +372,35 @@ async def test_interpolations_and_discretion_are_highlighted(client, tmp_path):
     editor.close(uri)
 
 
+async def test_semantic_tokens_delta_is_the_edit_from_the_tokens_last_sent(client, tmp_path):
+    """After a line inserted mid-text, a delta request answers one edit that takes the
+    tokens the client has to the new text's; an unknown result id gets them all."""
+    editor = Editor(client)
+    text = "".join(f'agent a{i}:\n  model: sonnet\n\nlet x{i} = session: a{i}\n'
+                   f'  prompt: "Part {i} of {{x{i - 1 if i else 0}}}"\n\n' for i in range(20))
+    uri, _ = await editor.open(tmp_path / "delta.prose", text)
+    first = await client.text_document_semantic_tokens_full_async(
+        lsp.SemanticTokensParams(doc(uri)))
+    at = text.index("let x10")
+    text = text[:at] + 'session "inserted {x3}"\n' + text[at:]
+    await editor.change(uri, text)
+    delta = await client.text_document_semantic_tokens_full_delta_async(
+        lsp.SemanticTokensDeltaParams(doc(uri), first.result_id))
+    assert isinstance(delta, lsp.SemanticTokensDelta) and len(delta.edits) == 1
+    edit = delta.edits[0]
+    assert edit.delete_count < 20 and len(edit.data or []) < 40  # the place changed only
+    data = first.data[:edit.start] + (edit.data or []) + \
+        first.data[edit.start + edit.delete_count:]
+    assert ("{x3}", "variable") in decode(data, text)
+    whole = await client.text_document_semantic_tokens_full_async(
+        lsp.SemanticTokensParams(doc(uri)))
+    assert data == whole.data and whole.result_id != first.result_id
+    again = await client.text_document_semantic_tokens_full_delta_async(
+        lsp.SemanticTokensDeltaParams(doc(uri), "unknown"))
+    assert isinstance(again, lsp.SemanticTokens) and again.data == whole.data
+    editor.close(uri)
+
+
 async def test_formatting_keeps_comments_in_place(client, corpus, tmp_path):
     """A commented file is formatted with every comment where it was; one whose place the
     canonical form cannot keep (inside an object literal it writes on one line) is refused,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -482,3 +482,28 @@ def _colour(doc: Document, tokens: Sequence[Token], comments: Iterable[n.Span], 
                  TOKEN_INDEX[kind], modifiers]
         previous_line, previous_start = line, column
     return Coloured(data, reads, defines, (previous_line - first, previous_start))
+
+
+def tokens_edit(before: list[int], after: list[int]) -> lsp.SemanticTokensEdit:
+    """The one edit taking ``before`` (the tokens last sent) to ``after``: the ints between
+    the longest prefix and suffix they share (for ``semanticTokens/full/delta``; a change
+    touches one place, so a client gets that place's tokens, not the whole file's)."""
+    most = min(len(before), len(after))
+    same = _shared(before, after, most, lambda k: before[:k] == after[:k])
+    end = _shared(before, after, most - same,
+                  lambda k: before[len(before) - k:] == after[len(after) - k:])
+    return lsp.SemanticTokensEdit(same, len(before) - same - end,
+                                  after[same:len(after) - end])
+
+
+def _shared(before: list[int], after: list[int], most: int,
+            holds: Callable[[int], bool]) -> int:
+    """The largest ``k`` <= ``most`` for which ``holds(k)`` (true up to some k, then false)."""
+    lo, hi = 0, most
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if holds(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -35,6 +35,9 @@ class ProseLanguageServer(LanguageServer):
         self.parsed: dict[str, Document] = {}
         self.parses: dict[str, Parses] = {}
         self.pending: dict[str, asyncio.Task[None]] = {}
+        #: the semantic tokens last sent for each document, with their result id (the
+        #: document's version): what a delta request's edit is from
+        self.tokens: dict[str, tuple[str, list[int]]] = {}
 
     def refresh(self, uri: str) -> Document:
         text = self.workspace.get_text_document(uri)
@@ -113,7 +116,7 @@ def did_close(ls: ProseLanguageServer, params: lsp.DidCloseTextDocumentParams) -
     task = ls.pending.pop(uri, None)
     if task is not None:
         task.cancel()
-    for kept in (ls.documents, ls.parsed, ls.parses):
+    for kept in (ls.documents, ls.parsed, ls.parses, ls.tokens):
         kept.pop(uri, None)
     ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri, []))
 
@@ -170,9 +173,31 @@ def formatting(ls: ProseLanguageServer, params: lsp.DocumentFormattingParams) ->
     return _on(params, features.formatting, [])
 
 
+def _tokens(ls: ProseLanguageServer, doc: Document) -> lsp.SemanticTokens:
+    """``doc``'s semantic tokens, kept as the last sent (their result id: its version)."""
+    tokens = features.semantic_tokens(doc)
+    tokens.result_id = str(doc.version)
+    ls.tokens[doc.uri] = (tokens.result_id, tokens.data)
+    return tokens
+
+
 @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, features.LEGEND)
 def semantic_tokens(ls: ProseLanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
-    return _on(params, features.semantic_tokens, lsp.SemanticTokens(data=[]))
+    return _on(params, lambda doc: _tokens(ls, doc), lsp.SemanticTokens(data=[]))
+
+
+@server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL_DELTA)
+def semantic_tokens_delta(ls: ProseLanguageServer, params: lsp.SemanticTokensDeltaParams
+                          ) -> lsp.SemanticTokens | lsp.SemanticTokensDelta:
+    """The edit from the tokens last sent, when the client has those; else all of them."""
+    def answer(doc: Document) -> lsp.SemanticTokens | lsp.SemanticTokensDelta:
+        result_id, before = ls.tokens.get(doc.uri, ("", []))
+        tokens = _tokens(ls, doc)
+        if result_id != params.previous_result_id:
+            return tokens
+        return lsp.SemanticTokensDelta([features.tokens_edit(before, tokens.data)],
+                                       tokens.result_id)
+    return _on(params, answer, lsp.SemanticTokens(data=[]))
 
 
 def main() -> None:
