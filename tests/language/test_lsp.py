@@ -219,6 +219,22 @@ async def test_definition_and_references(client, corpus, tmp_path):
     editor.close(uri2)
 
 
+async def test_document_highlight_marks_where_a_name_is_bound_and_read(client, corpus,
+                                                                       tmp_path):
+    editor = Editor(client)
+    text = (corpus / "26-parameterized-blocks.prose").read_text("utf-8")
+    uri, _ = await editor.open(tmp_path / "highlight.prose", text)
+    answer = await client.text_document_document_highlight_async(
+        lsp.DocumentHighlightParams(doc(uri), at(text, "{language}", 1, offset=1)))
+    found = sorted(((h.range.start.line, h.range.start.character), h.kind) for h in answer)
+    param = at(text, "review_code(language", offset=12)
+    assert found[0] == ((param.line, param.character), lsp.DocumentHighlightKind.Write)
+    uses = [at(text, "{language}", i, offset=1) for i in range(text.count("{language}"))]
+    assert found[1:] == [((u.line, u.character), lsp.DocumentHighlightKind.Read)
+                         for u in uses]
+    editor.close(uri)
+
+
 async def test_completion_offers_what_fits_the_place(client, corpus, tmp_path):
     editor = Editor(client)
     text = (corpus / "26-parameterized-blocks.prose").read_text("utf-8")
@@ -353,6 +369,35 @@ async def test_interpolations_and_discretion_are_highlighted(client, tmp_path):
         ("{topic.title}", "variable"), ('"', "string")]
     assert ("**the {topic} is done**", "macro") in decoded
     assert ("  then ", "string") in decoded and decoded.count(("{topic}", "variable")) == 1
+    editor.close(uri)
+
+
+async def test_semantic_tokens_delta_is_the_edit_from_the_tokens_last_sent(client, tmp_path):
+    """After a line inserted mid-text, a delta request answers one edit that takes the
+    tokens the client has to the new text's; an unknown result id gets them all."""
+    editor = Editor(client)
+    text = "".join(f'agent a{i}:\n  model: sonnet\n\nlet x{i} = session: a{i}\n'
+                   f'  prompt: "Part {i} of {{x{i - 1 if i else 0}}}"\n\n' for i in range(20))
+    uri, _ = await editor.open(tmp_path / "delta.prose", text)
+    first = await client.text_document_semantic_tokens_full_async(
+        lsp.SemanticTokensParams(doc(uri)))
+    at = text.index("let x10")
+    text = text[:at] + 'session "inserted {x3}"\n' + text[at:]
+    await editor.change(uri, text)
+    delta = await client.text_document_semantic_tokens_full_delta_async(
+        lsp.SemanticTokensDeltaParams(doc(uri), first.result_id))
+    assert isinstance(delta, lsp.SemanticTokensDelta) and len(delta.edits) == 1
+    edit = delta.edits[0]
+    assert edit.delete_count < 20 and len(edit.data or []) < 40  # the place changed only
+    data = first.data[:edit.start] + (edit.data or []) + \
+        first.data[edit.start + edit.delete_count:]
+    assert ("{x3}", "variable") in decode(data, text)
+    whole = await client.text_document_semantic_tokens_full_async(
+        lsp.SemanticTokensParams(doc(uri)))
+    assert data == whole.data and whole.result_id != first.result_id
+    again = await client.text_document_semantic_tokens_full_delta_async(
+        lsp.SemanticTokensDeltaParams(doc(uri), "unknown"))
+    assert isinstance(again, lsp.SemanticTokens) and again.data == whole.data
     editor.close(uri)
 
 

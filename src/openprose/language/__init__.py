@@ -41,6 +41,9 @@ class CompileResult:
     path: str | None = None
     #: Diagnostics left out beyond :data:`MAX_DIAGNOSTICS` (errors are kept before warnings).
     omitted: int = 0
+    #: the nodes that bind names (:func:`nodes.declaring`), found with the parse: an editor
+    #: offers their names without walking a long program again
+    declaring: tuple[nodes.Node, ...] = ()
 
     @property
     def omitted_note(self) -> str | None:
@@ -70,7 +73,8 @@ def compile(source: str, path: str | None = None, *, root: Path | None = None,
     to — a relative ``path`` is inside it, and local imports resolve from the program's own
     place there and may not leave it (E034); without one they resolve from the working
     directory (the command line's files). ``parses``: the parses kept from earlier versions of
-    this text (an editor's), reused for its unchanged statements."""
+    this text (an editor's), reused for its unchanged statements (the tree is then the
+    latest version's only: compiling the next moves its statements in place)."""
     from openprose.language.validator import validate
 
     limit = sys.getrecursionlimit()
@@ -94,7 +98,8 @@ def compile(source: str, path: str | None = None, *, root: Path | None = None,
     finally:
         sys.setrecursionlimit(limit)
     kept = _capped(diagnostics)
-    return CompileResult(program, kept, source, path, len(diagnostics) - len(kept))
+    return CompileResult(program, kept, source, path, len(diagnostics) - len(kept),
+                         declaring or ())
 
 
 def syntax_tree(source: str) -> nodes.Program | None:

@@ -15,9 +15,11 @@ Walkers over the syntax tree derive from :class:`NodeVisitor`.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -137,10 +139,26 @@ class Analysis:
     symbols: tuple[Symbol, ...] = ()
     _outputs: frozenset[int] = field(default=frozenset(), init=False, repr=False)
     _named: dict[str, list[Symbol]] = field(default_factory=dict, init=False, repr=False)
+    #: by name, its definitions visible in the whole program
+    _global: dict[str, list[Symbol]] = field(default_factory=dict, init=False, repr=False)
+    #: by name, its definitions visible in a construct only, by where their construct
+    #: starts, and how far the constructs up to each reach (see definitions_of)
+    _scoped: dict[str, tuple[list[tuple[int, int]], list[Symbol], list[tuple[int, int]]]] = \
+        field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        scoped: dict[str, list[Symbol]] = {}
         for symbol in self.symbols:
             self._named.setdefault(symbol.name, []).append(symbol)
+            if symbol.defines:
+                (self._global if symbol.scope is None else scoped).setdefault(
+                    symbol.name, []).append(symbol)
+        for name, found in scoped.items():
+            found.sort(key=lambda d: (d.scope.line, d.scope.column))  # type: ignore[union-attr]
+            self._scoped[name] = (
+                [(d.scope.line, d.scope.column) for d in found], found,  # type: ignore[union-attr]
+                list(itertools.accumulate(((d.scope.end_line, d.scope.end_column)  # type: ignore[union-attr]
+                                           for d in found), max)))
         self._outputs = frozenset(id(s.node) for s in self.statements.values()
                                   if s.binds in self.outputs and s.binding_kind == "output"
                                   and s.block is None)
@@ -159,13 +177,17 @@ class Analysis:
         whose construct holds it, else the program's definitions of that name and sort."""
         values = ("binding", "parameter", "variable", "program")
         sorts = values if symbol.kind in values else (symbol.kind,)
-        found = [d for d in self._named.get(symbol.name, ()) if d.defines and d.kind in sorts]
-        line, column = symbol.span.line, symbol.span.column
-        scoped = [d for d in found if d.scope is not None and _within(d.scope, line, column)]
-        if scoped:
-            inner = max(scoped, key=lambda d: (d.scope.line, d.scope.column))  # type: ignore[union-attr]
-            return [inner]
-        return [d for d in found if d.scope is None]
+        at = symbol.span.line, symbol.span.column
+        starts, scoped, reach = self._scoped.get(symbol.name, ((), (), ()))
+        # the constructs starting before it, innermost first, while any may still hold it
+        j = bisect.bisect_right(starts, at) - 1  # type: ignore[arg-type]
+        while j >= 0 and reach[j] >= at:
+            if _within(scoped[j].scope, *at) and scoped[j].kind in sorts:  # type: ignore[arg-type]
+                while j and starts[j - 1] == starts[j] and scoped[j - 1].kind in sorts:
+                    j -= 1  # of two in one construct, the first written
+                return [scoped[j]]
+            j -= 1
+        return [d for d in self._global.get(symbol.name, ()) if d.kind in sorts]
 
     def references_of(self, symbol: Symbol) -> list[Symbol]:
         """Every place the name ``symbol`` writes is defined or read, resolved the same way."""
@@ -202,9 +224,23 @@ def analyze(program: n.Program, source: str) -> Analysis:
     return analysis
 
 
-def _analyze(program: n.Program, source: str) -> Analysis:
-    walker = _Statements(source.split("\n"))
-    walker.body(program.body, "", None, None)
+def analyze_part(program: n.Program, source: str, only: Iterable[int]) -> Analysis:
+    """The analysis of some of ``program``'s top-level statements (by index), each with the
+    path it has in the whole program's: what a question about one place or a few names
+    reads of a long program (an editor's hover), whose whole analysis takes seconds. Its
+    ``program`` holds those statements only."""
+    return _analyze(program, source, sorted(set(only)))
+
+
+def _analyze(program: n.Program, source: str, only: list[int] | None = None) -> Analysis:
+    lines = source.split("\n")
+    walker = _Statements(lines)
+    if only is None:
+        walker.body(program.body, "", None, None)
+    else:
+        for i in only:
+            walker.visit(program.body[i], paths.child("", i), None, None)
+        program = n.Program(tuple(program.body[i] for i in only), span=program.span)
     for block in program.blocks.values():
         walker.body(block.body, block.name, block.name, None)
     statements = walker.out
@@ -214,7 +250,7 @@ def _analyze(program: n.Program, source: str) -> Analysis:
                     {name: Block(b.name, b.params, b.depth_limit)
                      for name, b in program.blocks.items()},
                     *_symbols(statements), walker.constructs, program,
-                    tuple(_Names(source.split("\n"), statements).walk(program)))
+                    tuple(_Names(lines, statements).walk(program)))
 
 
 def program_outputs(statements: Any) -> tuple[str, ...]:
@@ -583,4 +619,5 @@ def _judged(condition: n.Node) -> bool:
 
 
 __all__ = ["BINDING_KINDS", "SESSION_KINDS", "Agent", "Analysis", "Block", "NodeVisitor",
-           "Statement", "Symbol", "agent_settings", "analyze", "persist_scope", "program_outputs"]
+           "Statement", "Symbol", "agent_settings", "analyze", "analyze_part", "persist_scope",
+           "program_outputs"]

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import TypeVar
 
 # How deep calls of a block nest when it names no ``max_depth`` (the one definition: the
 # engine, the state contract and the guided outline all read it through BlockDef.depth_limit).
 DEFAULT_MAX_DEPTH = 100
-NodeT = TypeVar("NodeT", bound="Node")
 
 @dataclass(frozen=True, slots=True)
 class Span:
@@ -478,34 +476,49 @@ Stmt = (
 )
 
 
-def moved(node: NodeT, lines: int) -> NodeT:
-    """``node`` with every span ``lines`` lines further down: the parse of a statement an
-    edit above it moved (see parser.Parses); only for trees within the depth limit."""
-    cls = type(node)
-    names = _ALL_FIELDS.get(cls)
-    if names is None:
-        names = _ALL_FIELDS[cls] = tuple(f.name for f in fields(node))  # type: ignore[arg-type]
-    copy = object.__new__(cls)
-    for name in names:
-        object.__setattr__(copy, name, _moved(getattr(node, name), lines))
-    return copy
+def spans_in(roots: tuple[object, ...]) -> tuple[Span, ...]:
+    """Every distinct span under ``roots`` (nodes, tokens, diagnostics, spans and tuples of
+    them, walked without recursion): what :func:`move` moves."""
+    seen: dict[int, Span] = {}
+    stack = list(roots)
+    while stack:
+        value = stack.pop()
+        cls = type(value)
+        if cls is Span:
+            seen[id(value)] = value
+        elif cls is tuple:
+            stack.extend(value)
+        else:
+            names = _SPAN_FIELDS.get(cls)
+            if names is None:
+                names = _SPAN_FIELDS[cls] = tuple(
+                    f.name for f in getattr(cls, "__dataclass_fields__", {}).values()
+                    if f.type not in _NO_SPAN)
+            stack.extend(getattr(value, name) for name in names)
+    return tuple(seen.values())
 
 
-def moved_span(span: Span, lines: int) -> Span:
-    return Span(span.line + lines, span.column, span.end_line + lines, span.end_column)
+def move(spans: tuple[Span, ...], lines: int) -> None:
+    """Move ``spans`` ``lines`` lines down, in place: the parse of statements an edit above
+    them moved (see parser.Parses, whose trees are those of its latest text only)."""
+    for span in spans:
+        _SET_LINE(span, span.line + lines)
+        _SET_END_LINE(span, span.end_line + lines)
 
 
-_ALL_FIELDS: dict[type, tuple[str, ...]] = {}
+#: by class, the fields that may hold a span; the declared types of those that never do
+_SPAN_FIELDS: dict[type, tuple[str, ...]] = {}
+_NO_SPAN = (_PLAIN - {"Span"}) | {"T", "Severity", "str | None", "float"}
+_SET_LINE = Span.line.__set__  # type: ignore[attr-defined]
+_SET_END_LINE = Span.end_line.__set__  # type: ignore[attr-defined]
 
 
-def _moved(value: object, lines: int) -> object:
-    if isinstance(value, Node):
-        return moved(value, lines)
-    if isinstance(value, Span):
-        return moved_span(value, lines)
-    if type(value) is tuple:
-        return tuple(_moved(item, lines) for item in value)
-    return value
+def bound_by(node: Node) -> tuple[str, ...]:
+    """The names a node :func:`declaring` gives binds (none for an unnamed one)."""
+    if isinstance(node, Let):
+        return node.target.names if isinstance(node.target, Destructure) else (node.target,)
+    name = getattr(node, "name", None)
+    return (name,) if name else ()
 
 
 def declaring(roots: tuple[Node, ...]) -> tuple[Node, ...]:

@@ -11,7 +11,7 @@ import bisect
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NoReturn, TypeVar
 
 from openprose.errors import OpenProseError
@@ -1034,34 +1034,45 @@ class Piece:
     #: its last token when a triple-quoted string: a failure right after it, in the next
     #: piece, is reported as a nested triple quote (see Parser.nested_triple)
     tail: Token | None
-    #: how many lines its tokens and comments are to be moved by: moved only when asked for
-    #: (Parses.lexed), as a change rarely needs them
-    shift: int = 0
+    #: every span of its tree and diagnostics (and of its tail): moved in place when an edit
+    #: moves it
+    spans: tuple[n.Span, ...]
+    #: the spans only its tokens and comments have, and how many lines they are still to be
+    #: moved by: moved only when they are asked for (Parses.lexed), as a change rarely needs
+    #: them and they are most of its spans
+    token_spans: tuple[n.Span, ...]
+    pending: list[int]
 
 
 class Parses:
     """Parses successive versions of one text (an editor's buffer), keeping the parse of each
     run of top-level statements for the next version: a change re-reads only the statements
-    whose text it changed (those it moved up or down get their kept parse moved). A piece is read on its own only where that reads it
-    as the whole text would (nothing left open at its end, nothing reported past it), so
-    :meth:`parse` always equals :func:`parse` of the whole text."""
+    whose text it changed; those it moved up or down keep their parse, its spans moved in
+    place (a few integer adds per span, no tree copied), so the trees it gives are those of
+    its latest text only. A piece is read on its own only where that reads it as the whole
+    text would (nothing left open at its end, nothing reported past it), so :meth:`parse`
+    always equals :func:`parse` of the whole text."""
 
     def __init__(self) -> None:
-        #: by text, whether the text's end, and the span of the last piece's tail: the line
+        #: by text, whether the text's end, and where the last piece's tail is: the line
         #: it was last read from or moved to and its parse (None: it cannot be read on its
         #: own), for this text's pieces and some of the texts' before
-        self.kept: dict[tuple[str, bool, n.Span | None], tuple[int, Piece | None]] = {}
+        self.kept: dict[tuple[str, bool, tuple[int, ...] | None],
+                        tuple[int, Piece | None]] = {}
         #: for each top-level statement of the last text, in order, a key that names its
         #: parse whatever lines it was moved by: its piece's and its place in it
         self.keys: tuple[tuple[object, int], ...] = ()
         #: the validator's findings on the statements of the last text, by key (see
         #: validator.validate), checked again only where they may differ
         self.checked: dict[object, object] = {}
+        #: the language server's semantic tokens of each piece of the last texts, by the
+        #: piece's key (its text: the same wherever an edit moved it)
+        self.coloured: dict[object, object] = {}
         #: how the last text was cut: the text, where each statement starts and its line,
         #: for each piece where it starts (an index into those), its key, its parse and how
         #: many statements came before it, and where each piece ends
         self.cut: tuple[str, list[int], list[int],
-                        list[tuple[int, tuple[str, bool, n.Span | None], Piece, int]],
+                        list[tuple[int, tuple[str, bool, tuple[int, ...] | None], Piece, int]],
                         list[int]] = ("", [0], [1], [], [])
 
     def parse(self, source: str) -> Parsed:
@@ -1078,18 +1089,10 @@ class Parses:
 
     def lexed(self, source: str) -> tuple[list[Token], list[n.Span]]:
         """The tokens and comments of the text (its end of text left out)."""
-        self.pieces(source)
-        cut = self.cut[3]
-        for k, (i, key, piece, count) in enumerate(cut):
-            if piece.shift:  # its tokens moved now, and kept so
-                settled = replace(piece, tokens=tuple(_moved_token(t, piece.shift)
-                                                      for t in piece.tokens),
-                                  comments=tuple(n.moved_span(c, piece.shift)
-                                                 for c in piece.comments), shift=0)
-                cut[k] = i, key, settled, count
-                if self.kept.get(key, (0, None))[1] is piece:
-                    self.kept[key] = self.kept[key][0], settled
-        return [t for c in cut for t in c[2].tokens], [x for c in cut for x in c[2].comments]
+        pieces = self.pieces(source)
+        for piece in pieces:
+            place_tokens(piece)
+        return [t for p in pieces for t in p.tokens], [x for p in pieces for x in p.comments]
 
     def pieces(self, source: str) -> list[Piece]:
         text = source.replace("\r\n", "\n").replace("\r", "\n")
@@ -1123,15 +1126,20 @@ class Parses:
             lines.extend(x + moved for x in old_lines[old_cut[r][0] + 1:])
         cut, ends = old_cut[:m], old_ends[:m]
         out = [c[2] for c in cut]
+        placed = {id(p) for p in out}  # a parse is moved in place: placed once in a text
         kept = self.kept  # added to; rebuilt from this text's pieces once it has grown
         keys = list(self.keys[:old_cut[m][3]]) if m else []
         last = len(starts) - 1
         while i < last:
             step = 1
             tail = out[-1].tail if out else None
-            if i == shared and not moved and tail is None and old_cut[r][1][2] is None:
-                # read from here on as before (the same keys): the last text's pieces
+            if i == shared and tail is None and old_cut[r][1][2] is None \
+                    and placed.isdisjoint(id(c[2]) for c in old_cut[r:]):
+                # read from here on as before (the same keys): the last text's pieces,
+                # moved by the lines the edit added or removed
                 before, first = len(keys) - old_cut[r][3], old_cut[r][0]
+                for k, key, piece, _ in old_cut[r:] if moved else ():
+                    kept[key] = lines[k - first + i], _moved(piece, moved)
                 cut.extend((k - first + i, key, piece, count + before)
                            for k, key, piece, count in old_cut[r:])
                 out.extend(c[2] for c in old_cut[r:])
@@ -1140,10 +1148,11 @@ class Parses:
                 break
             while True:  # widen a piece that cannot be read alone: 1, 2, 4, ... statements
                 j = min(i + step, last)
-                key = (text[starts[i]:starts[j]], j == last, tail and tail.span)
+                key = (text[starts[i]:starts[j]], j == last, tail and _at(tail.span))
                 line, piece = kept.get(key) or (0, None)
-                if line != lines[i] and piece is not None and tail is None and \
-                        piece.deep is None:
+                if piece is not None and id(piece) in placed:
+                    line, piece = 0, None  # the same text earlier in this one: read again
+                if line != lines[i] and piece is not None and tail is None:
                     piece = _moved(piece, lines[i] - line)  # the same text, moved by an edit
                 elif line != lines[i]:
                     piece = _piece(key[0], lines[i], lines[j] if j < last else None, tail)
@@ -1152,6 +1161,7 @@ class Parses:
                     break
                 step *= 2
             out.append(piece)
+            placed.add(id(piece))
             cut.append((i, key, piece, len(keys)))
             ends.append(starts[j])
             keys.extend((key, k) for k in range(len(piece.statements)))
@@ -1187,22 +1197,23 @@ def _common_prefix(a: str, b: str) -> int:
     return lo
 
 
-def _moved_token(t: Token, lines: int) -> Token:
-    return Token(t.kind, t.value, n.moved_span(t.span, lines),
-                 tuple(p if isinstance(p, str) else n.moved(p, lines) for p in t.parts),
-                 t.triple, t.multiline)
+def _at(span: n.Span) -> tuple[int, ...]:
+    """Where ``span`` is now (a span is moved in place: no key to keep)."""
+    return span.line, span.column, span.end_line, span.end_column
+
+
+def place_tokens(piece: Piece) -> Piece:
+    """``piece`` with its tokens' and comments' spans at its current lines."""
+    if piece.pending[0]:
+        n.move(piece.token_spans, piece.pending[0])
+        piece.pending[0] = 0
+    return piece
 
 
 def _moved(piece: Piece, lines: int) -> Piece:
-    def diagnostic(d: Diagnostic) -> Diagnostic:
-        return Diagnostic(d.code, d.message, n.moved_span(d.span, lines), d.severity, d.file)
-
-    statements = tuple(n.moved(s, lines) for s in piece.statements)
-    return Piece(statements, tuple(map(diagnostic, piece.lexed)),
-                 tuple(map(diagnostic, piece.parsed)), piece.tokens, piece.comments,
-                 n.moved_span(piece.start, lines), n.moved_span(piece.end, lines), None,
-                 n.declaring(statements),
-                 _moved_token(piece.tail, lines) if piece.tail else None, piece.shift + lines)
+    n.move(piece.spans, lines)
+    piece.pending[0] += lines
+    return piece
 
 
 def _piece(text: str, line: int, next_line: int | None, after: Token | None
@@ -1219,10 +1230,15 @@ def _piece(text: str, line: int, next_line: int | None, after: Token | None
             lexer.unfinished or parser.pending_dedents or parser.depth or parser.inline
             or parser.single_line or any(d.span.line >= next_line for d in diagnostics)):
         return None
-    return Piece(tuple(statements), tuple(lexer.diagnostics), tuple(parser.diagnostics),
-                 tuple(tokens[:-1]), tuple(lexer.comments), tokens[0].span, tokens[-1].span,
-                 n.deeper_than(MAX_TREE_DEPTH, tuple(statements), 2),
-                 n.declaring(tuple(statements)), _tail(tokens))
+    lexed, parsed = tuple(lexer.diagnostics), tuple(parser.diagnostics)
+    body, kept = tuple(statements), tuple(tokens[:-1])
+    comments, start, end = tuple(lexer.comments), tokens[0].span, tokens[-1].span
+    tail = _tail(tokens)
+    spans = n.spans_in((body, lexed, parsed, start, end, tail and tail.span))
+    moved = {id(span) for span in spans}
+    return Piece(body, lexed, parsed, kept, comments, start, end,
+                 n.deeper_than(MAX_TREE_DEPTH, body, 2), n.declaring(body), tail, spans,
+                 tuple(x for x in n.spans_in((kept, comments)) if id(x) not in moved), [0])
 
 
 def _tail(tokens: list[Token]) -> Token | None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from openprose.language import nodes as n
 from openprose.language.analysis import NodeVisitor
@@ -92,7 +93,6 @@ class Validator(NodeVisitor):
         self.program = program
         self.declaring = declaring  # nodes.declaring of the program, when known
         self.keys, self.checked = keys, checked  # see validate
-        self.fresh: dict[object, object] = {}  # this text's findings, for checked
         self.path = path
         self.root = root
         self.diagnostics: list[Diagnostic] = []
@@ -123,12 +123,8 @@ class Validator(NodeVisitor):
         found = self.declaring
         declared, lets, consts, agents = self.declared, self.lets, self.consts, self.agents
         for node in n.declaring(self.program.body) if found is None else found:
-            if isinstance(node, n.Let):  # the names it binds, and how
-                names, kind = _let_names(node), node.kind
-            elif node.name:  # an output, input or parallel branch
-                names, kind = (node.name,), None
-            else:
-                names, kind = (), None
+            # the names it binds, and how (an output, input or parallel branch: no kind)
+            names, kind = n.bound_by(node), getattr(node, "kind", None)
             if isinstance(node, n.Input):
                 if not node.name:
                     self.error("E020", "input needs a name: input NAME: \"description\"", node.span)
@@ -198,61 +194,84 @@ class Validator(NodeVisitor):
         if self.keys is None or self.checked is None or any(self.contracts.values()):
             self.statements(self.program.body, frozenset(), in_catch=False)
             return self.diagnostics
-        # the definitions every statement's findings depend on (a contract read from a file
-        # may change without the text: those programs are checked in full)
+        # what every statement's findings may read of the others (a contract read from a
+        # file may change without the text: those programs are checked in full), and the
+        # names whose definitions changed since the text checked before
         found = self.checked
-        definitions = self.definitions()
-        if found.get(None) != definitions:
-            found = {}
-        self.fresh[None] = definitions
-        self.statements(self.program.body, frozenset(), False, found)
-        self.checked.clear()
-        self.checked.update(self.fresh)
+        where, definitions = (self.path, self.root), self.definitions()
+        before = found.get(None)
+        if not isinstance(before, tuple) or before[0] != where:
+            found.clear()
+            changed = frozenset()
+        elif before[1] == definitions:
+            changed = frozenset()
+        else:  # the names added to or left out of a table, or known otherwise there
+            changed = frozenset().union(*(
+                old ^ new if isinstance(new, frozenset) else
+                {name for name, _ in old.items() ^ new.items()}
+                for old, new in zip(before[1], definitions, strict=True)))
+        read: set[str] = set()  # the names the statement being checked looked up
+        for table in ("declared", "lets", "consts", "agents", "blocks", "uses", "skills",
+                      "contracts"):
+            setattr(self, table, _Reads(getattr(self, table), read))
+        self.statements(self.program.body, frozenset(), False, found, (changed, read))
+        # the findings of statements no longer in the text go: the names changed until
+        # one is written again are not known
+        for key in found.keys() - set(self.keys):
+            del found[key]
+        found[None] = where, definitions
         return self.diagnostics
 
-    def definitions(self) -> tuple[object, ...]:
-        """All a top-level statement's findings read of the others: the names and what
-        is known of each, and where the findings go."""
-        return (self.path, self.root, frozenset(self.declared), frozenset(self.lets),
-                frozenset(self.uses), frozenset(self.skills),
-                frozenset((name, agent.property("persist") is None)
-                          for name, agent in self.agents.items()),
-                frozenset((name, block.params) for name, block in self.blocks.items()),
-                frozenset((name, const.span.line, isinstance(getattr(const, "value", None),
-                                                             n.String))
-                          for name, const in self.consts.items()))
+    def definitions(self) -> tuple[frozenset[str] | dict[str, object], ...]:
+        """What a top-level statement's checks may read of the others, table by table: the
+        names bound (and how), imported and their skills; each agent and whether it
+        persists, each block's parameters, each const's line and whether it is a string."""
+        return (frozenset(self.declared), frozenset(self.lets), frozenset(self.uses),
+                frozenset(self.skills),
+                {name: agent.property("persist") is None for name, agent in self.agents.items()},
+                {name: block.params for name, block in self.blocks.items()},
+                {name: (const.span.line, isinstance(getattr(const, "value", None), n.String))
+                 for name, const in self.consts.items()})
 
-    def top(self, stmt: n.Node, key: object, found: dict[object, object]) -> None:
+    def top(self, stmt: n.Node, key: object, found: dict[object, object],
+            changed: frozenset[str], read: set[str]) -> None:
         """Check a top-level statement, or take the findings kept for its parse: the same
-        text read against the same definitions finds the same (moved with the statement
-        when there are none; its messages may name lines). Kept only from where no earlier
-        statement has bound a program call's result (which the checks read)."""
+        text, whose checks looked up none of the ``changed`` names (nor all of them, as a
+        "did you mean" does), finds the same (moved with the statement when there are none;
+        its messages may name lines). Kept only from where no earlier statement has bound a
+        program call's result (which the checks read)."""
         line = stmt.span.line
         if self.call_results:
+            found.pop(key, None)
             self.visit(stmt, frozenset(), False)
             return
         kept = found.get(key)
-        if kept is not None and (kept[0] == line or not kept[1]):  # type: ignore[index]
-            _, diagnostics, results = kept  # type: ignore[misc]
+        if kept is not None and (kept[0] == line or not kept[1]) and (  # type: ignore[index]
+                not changed or (kept[3].isdisjoint(changed)  # type: ignore[index]
+                                and EVERY not in kept[3])):  # type: ignore[index]
+            _, diagnostics, results, _ = kept  # type: ignore[misc]
             if diagnostics:
                 self.diagnostics.extend(diagnostics)
             if results:
                 self.call_results.update(results)
-        else:
-            start = len(self.diagnostics)
-            self.visit(stmt, frozenset(), False)
-            diagnostics, results = tuple(self.diagnostics[start:]), tuple(
-                self.call_results.items())
-        self.fresh[key] = line, diagnostics, results
+            return
+        start = len(self.diagnostics)
+        read.clear()
+        self.visit(stmt, frozenset(), False)
+        found[key] = (line, tuple(self.diagnostics[start:]), tuple(self.call_results.items()),
+                      frozenset(read))
 
     def statements(self, body: tuple[n.Node, ...], scope: frozenset[str], in_catch: bool,
-                   found: dict[object, object] | None = None) -> None:
-        """``found``: the findings kept for the program's top-level statements (``body``)."""
+                   found: dict[object, object] | None = None,
+                   names: tuple[frozenset[str], set[str]] = (frozenset(), set())) -> None:
+        """``found``: the findings kept for the program's top-level statements (``body``);
+        ``names``: the names whose definitions changed, and the set each statement's checks
+        record the names they look up in (see :meth:`top`)."""
         lets: dict[str, n.Node] = {}
         outputs: dict[str, n.Node] = {}
         for i, stmt in enumerate(body):
             if isinstance(stmt, n.Let):
-                for name in _let_names(stmt):
+                for name in n.bound_by(stmt):
                     if name in lets:
                         self.error("E019", f"'{name}' is already declared on line "
                                    f"{lets[name].span.line}; assign to it without "
@@ -269,7 +288,7 @@ class Validator(NodeVisitor):
             if found is None:
                 self.visit(stmt, scope, in_catch)
             else:
-                self.top(stmt, self.keys[i], found)  # type: ignore[index]
+                self.top(stmt, self.keys[i], found, *names)  # type: ignore[index]
 
     def generic_visit(self, node: n.Node, *args: object, **kwargs: object) -> None:
         return None
@@ -702,6 +721,59 @@ class Validator(NodeVisitor):
                            "a string const)", item.span)
 
 
+#: recorded for a statement whose checks went through every name of a table (no name is
+#: written so; one that were would only have its readers checked more often)
+EVERY = "\0every"
+
+
+class _Reads:
+    """A table of definitions (a set, or a dict by name) the checks of one statement read
+    through: each name looked up is recorded in ``read``, and :data:`EVERY` when the table is
+    gone through (a "did you mean" suggestion, a union), so that what the findings depend on
+    is recorded whatever the check."""
+
+    __slots__ = ("read", "table")
+
+    def __init__(self, table: Any, read: set[str]) -> None:
+        self.table, self.read = table, read
+
+    def __contains__(self, name: object) -> bool:
+        self.read.add(name)  # type: ignore[arg-type]
+        return name in self.table
+
+    def get(self, name: str, default: object = None) -> Any:
+        self.read.add(name)
+        return self.table.get(name, default)
+
+    def __getitem__(self, name: str) -> Any:
+        self.read.add(name)
+        return self.table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self.read.add(EVERY)
+        return iter(self.table)
+
+    def __len__(self) -> int:
+        self.read.add(EVERY)
+        return len(self.table)
+
+    def __or__(self, other: Any) -> Any:
+        self.read.add(EVERY)
+        return set(self.table) | other
+
+    def __ror__(self, other: Any) -> Any:
+        self.read.add(EVERY)
+        return other | set(self.table)
+
+    def values(self) -> Any:
+        self.read.add(EVERY)
+        return self.table.values()
+
+    def items(self) -> Any:
+        self.read.add(EVERY)
+        return self.table.items()
+
+
 class _Definitions(NodeVisitor):
     """Pass 1 over the top-level statements: the agents, blocks, imported programs and skills
     every later statement may name, whatever line defines them."""
@@ -741,10 +813,6 @@ def _word(value: n.Node | n.PropertyBlock) -> str | None:
     return None
 
 
-def _let_names(stmt: n.Let) -> tuple[str, ...]:
-    return stmt.target.names if isinstance(stmt.target, n.Destructure) else (stmt.target,)
-
-
 def validate(program: n.Program, path: str | None = None, root: Path | None = None,
              declaring: tuple[n.Node, ...] | None = None, keys: tuple[object, ...] | None = None,
              checked: dict[object, object] | None = None) -> list[Diagnostic]:
@@ -752,9 +820,9 @@ def validate(program: n.Program, path: str | None = None, root: Path | None = No
     ``root``: the project the program belongs to (see :func:`import_base`); ``declaring``:
     its nodes that bind names (:func:`nodes.declaring`), when kept with its parse. ``keys``:
     a key for each top-level statement naming its parse (parser.Parses.keys), and
-    ``checked``: the findings on the statements of the text checked before, by key,
-    replaced by this text's: a statement whose parse and definitions are unchanged is not
-    checked again."""
+    ``checked``: the findings on the statements of the text checked before, by key, made
+    this text's: a statement whose parse is unchanged, and none of whose definitions
+    changed, is not checked again."""
     return Validator(program, path, root, declaring, keys, checked).run()
 
 

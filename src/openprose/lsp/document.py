@@ -3,6 +3,7 @@ with positions converted between the front end's spans and the editor's ranges."
 
 from __future__ import annotations
 
+import bisect
 import gc
 import re
 from dataclasses import dataclass
@@ -14,11 +15,11 @@ from lsprotocol import types as lsp
 from openprose.errors import OpenProseError
 from openprose.language import CompileResult, compile
 from openprose.language import nodes as n
-from openprose.language.analysis import Analysis, Symbol, analyze
+from openprose.language.analysis import Analysis, Symbol, analyze, analyze_part
 from openprose.language.diagnostics import Diagnostic, Severity
 from openprose.language.files import read_program_file
 from openprose.language.lexer import Lexer, Token
-from openprose.language.parser import Parses
+from openprose.language.parser import Parses, Piece
 from openprose.language.validator import local_import
 
 #: the most errors of an imported program shown as related information on its ``use`` line
@@ -48,12 +49,33 @@ class Document:
         self.lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         self.parses = parses
         self.result = compile(source, path, parses=parses)
+        self.cut = parses.cut if parses is not None else None
+
+    @cached_property
+    def pieces(self) -> list[tuple[int, object, Piece, int]]:
+        """This text's pieces as its ``parses`` cut it (none without), each with its first
+        line, its key and how many top-level statements come before it."""
+        if self.cut is None:
+            return []
+        _, _, lines, cut, _ = self.cut
+        return [(lines[k], key, piece, count) for k, key, piece, count in cut]
 
     @cached_property
     def analysis(self) -> Analysis | None:
         if self.result.program is None:
             return None
-        return analyze(self.result.program, "\n".join(self.lines))
+        return analyze(self.result.program, self.text)
+
+    @cached_property
+    def text(self) -> str:
+        """The source as the lexer reads it (line breaks normalized)."""
+        return "\n".join(self.lines)
+
+    @cached_property
+    def starts(self) -> list[int]:
+        """The line each top-level statement starts on."""
+        program = self.result.program
+        return [s.span.line for s in program.body] if program is not None else []
 
     # ------------------------------------------------------------------ positions
     def range(self, span: n.Span) -> lsp.Range:
@@ -74,10 +96,40 @@ class Document:
             column += 1
         return position.line + 1, column + 1
 
-    def symbol_at(self, position: lsp.Position) -> Symbol | None:
-        if self.analysis is None:
+    def around(self, position: lsp.Position) -> tuple[Analysis, Symbol | None] | None:
+        """The name written at ``position`` and an analysis with every place it is defined
+        or read; None when nothing could be parsed. The whole analysis when made already,
+        else (a long program's takes seconds) that of the statement there, and when the
+        name is the program's (not a block's parameter or a construct's variable), of the
+        statements whose text has that word too: wherever the name is written, it is."""
+        program = self.result.program
+        if program is None:
             return None
-        return self.analysis.symbol_at(*self.at(position))
+        line, column = self.at(position)
+        if "analysis" in self.__dict__ or not program.body:
+            whole = self.analysis
+            assert whole is not None
+            return whole, whole.symbol_at(line, column)
+        i = max(0, bisect.bisect_right(self.starts, line) - 1)
+        here = analyze_part(program, self.text, [i])
+        symbol = here.symbol_at(line, column)
+        if symbol is None:
+            return here, None
+        found = here.definitions_of(symbol)
+        if found and all(d.scope is not None for d in found):
+            return here, symbol
+        return analyze_part(program, self.text, {i, *self.statements_with(symbol.name)}), \
+            symbol
+
+    def statements_with(self, word: str) -> set[int]:
+        """The top-level statements (by index) whose text has ``word`` as a whole name."""
+        found: set[int] = set()
+        line, at = 1, 0
+        for match in re.finditer(rf"(?<![\w-]){re.escape(word)}(?![\w-])", self.text):
+            line += self.text.count("\n", at, match.start())
+            at = match.start()
+            found.add(max(0, bisect.bisect_right(self.starts, line) - 1))
+        return found
 
     # ------------------------------------------------------------------ imports
     @cached_property

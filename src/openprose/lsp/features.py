@@ -3,17 +3,26 @@ compile result and analysis (never a walk of its own over the syntax tree)."""
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from lsprotocol import types as lsp
 
 from openprose.errors import OpenProseError
 from openprose.language import nodes as n
-from openprose.language.analysis import BINDING_KINDS, SESSION_KINDS, Analysis, Symbol
+from openprose.language.analysis import (
+    BINDING_KINDS,
+    SESSION_KINDS,
+    Analysis,
+    Symbol,
+    analyze_part,
+)
 from openprose.language.canonical import NotFormatted, format_source
 from openprose.language.lexer import T, Token
-from openprose.language.parser import STATEMENT_KEYWORDS
+from openprose.language.parser import STATEMENT_KEYWORDS, place_tokens
 from openprose.language.validator import (
     AGENT_PROPERTIES,
     BACKOFFS,
@@ -50,11 +59,12 @@ class Refused(OpenProseError):
 # ---------------------------------------------------------------------- hover
 
 def hover(doc: Document, position: lsp.Position) -> lsp.Hover | None:
-    analysis = doc.analysis
-    if analysis is None:
+    around = doc.around(position)
+    if around is None:
         return None
-    symbol = doc.symbol_at(position)
-    text = describe(doc, analysis, symbol) if symbol else session_hover(doc, position)
+    analysis, symbol = around
+    text = describe(doc, analysis, symbol) if symbol else session_hover(doc, analysis,
+                                                                          position)
     if not text:
         return None
     span = symbol.span if symbol else None
@@ -101,14 +111,14 @@ def describe(doc: Document, analysis: Analysis, symbol: Symbol) -> str | None:
     return f"**binding** `{name}`\n" + "\n".join(places)
 
 
-def session_hover(doc: Document, position: lsp.Position) -> str | None:
+def session_hover(doc: Document, analysis: Analysis, position: lsp.Position) -> str | None:
     """On a ``session``/``resume`` keyword: the agent it uses and its context names."""
     line, column = doc.at(position)
     text = doc.lines[line - 1] if line <= len(doc.lines) else ""
     word = re.search(r"\b(session|resume)\b", text)
-    if not word or not word.start() <= column - 1 <= word.end() or doc.analysis is None:
+    if not word or not word.start() <= column - 1 <= word.end():
         return None
-    for stmt in doc.analysis.statements.values():
+    for stmt in analysis.statements.values():
         if stmt.line == line and stmt.kind in SESSION_KINDS:
             session = _session(stmt.node)
             lines = [f"**{stmt.kind}**" + (f" `{stmt.binds}`" if stmt.binds else ""),
@@ -139,12 +149,12 @@ def _short(text: str, most: int = 200) -> str:
 # ---------------------------------------------------------------------- navigation
 
 def definition(doc: Document, position: lsp.Position) -> list[lsp.Location]:
-    symbol = doc.symbol_at(position)
-    if symbol is None or doc.analysis is None:
+    analysis, symbol = doc.around(position) or (None, None)
+    if symbol is None or analysis is None:
         return []
     out = []
-    for found in doc.analysis.definitions_of(symbol):
-        imported = _imported_file(doc, found)
+    for found in analysis.definitions_of(symbol):
+        imported = _imported_file(doc, analysis, found)
         if imported is not None and (symbol.defines or found.kind == "program"):
             out.append(lsp.Location(imported.resolve().as_uri(),
                                     lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0))))
@@ -153,11 +163,11 @@ def definition(doc: Document, position: lsp.Position) -> list[lsp.Location]:
     return out
 
 
-def _imported_file(doc: Document, symbol: Symbol) -> Path | None:
+def _imported_file(doc: Document, analysis: Analysis, symbol: Symbol) -> Path | None:
     """The local file a program's alias names, when it is one."""
-    if symbol.kind != "program" or doc.analysis is None:
+    if symbol.kind != "program":
         return None
-    stmt = doc.analysis.statements.get(symbol.statement)
+    stmt = analysis.statements.get(symbol.statement)
     if stmt is None:
         return None
     return next((imp.path for imp in doc.imports
@@ -166,29 +176,46 @@ def _imported_file(doc: Document, symbol: Symbol) -> Path | None:
 
 def references(doc: Document, position: lsp.Position, declaration: bool
                ) -> list[lsp.Location]:
-    symbol = doc.symbol_at(position)
-    if symbol is None or doc.analysis is None:
+    analysis, symbol = doc.around(position) or (None, None)
+    if symbol is None or analysis is None:
         return []
-    found = doc.analysis.references_of(symbol)
-    return [lsp.Location(doc.uri, doc.range(s.span)) for s in found
+    return [lsp.Location(doc.uri, doc.range(s.span)) for s in analysis.references_of(symbol)
             if declaration or not s.defines]
+
+
+def highlights(doc: Document, position: lsp.Position) -> list[lsp.DocumentHighlight]:
+    """Every place in the text the name at ``position`` is defined (write) or read."""
+    analysis, symbol = doc.around(position) or (None, None)
+    if symbol is None or analysis is None:
+        return []
+    return [lsp.DocumentHighlight(doc.range(s.span), lsp.DocumentHighlightKind.Write
+                                  if s.defines else lsp.DocumentHighlightKind.Read)
+            for s in analysis.references_of(symbol)]
 
 
 # ---------------------------------------------------------------------- completion
 
-def completion(doc: Document, analysis: Analysis | None, position: lsp.Position
+def completion(doc: Document, known: Document | None, position: lsp.Position
                ) -> list[lsp.CompletionItem]:
+    """What fits at ``position`` in ``doc``, the names read from ``known`` (``doc``, or
+    the last version that could be parsed)."""
     line, column = doc.at(position)
     text = doc.lines[line - 1][:column - 1] if line <= len(doc.lines) else ""
-    if analysis is None:
+    program = known.result.program if known is not None else None
+    if known is None or program is None:
         return []
     if re.search(rf"\b(session|resume)(\s+{NAME})?:\s*[\w-]*$", text):
-        return _items(sorted(analysis.agents), lsp.CompletionItemKind.Class, "agent")
+        return _items(sorted({s.name for s in program.body if isinstance(s, n.AgentDef)}),
+                      lsp.CompletionItemKind.Class, "agent")
     if re.search(r"\bdo\s+[\w-]*$", text):
-        return _items(sorted(analysis.blocks), lsp.CompletionItemKind.Function, "block")
+        return _items(sorted({s.name for s in program.body if isinstance(s, n.BlockDef)}),
+                      lsp.CompletionItemKind.Function, "block")
     if re.search(r'"[^"]*\{[\w-]*$', text) or re.search(r"^\s*context:.*?[\w-]*$", text):
-        return _items(visible(analysis, line, column), lsp.CompletionItemKind.Variable,
-                      "binding")
+        around = known.around(lsp.Position(line - 1, 0))
+        names = {name for node in known.result.declaring for name in n.bound_by(node)}
+        if around is not None:
+            names.update(visible(around[0], line, column))
+        return _items(sorted(names), lsp.CompletionItemKind.Variable, "binding")
     value = re.match(r"^\s*([\w-]+):\s*[\w-]*$", text)
     if value and value.group(1) in VALUES:
         return _items(VALUES[value.group(1)], lsp.CompletionItemKind.EnumMember,
@@ -209,8 +236,8 @@ def _items(names: list[str], kind: lsp.CompletionItemKind, detail: str
 
 
 def visible(analysis: Analysis, line: int, column: int) -> list[str]:
-    """The names a value may read at ``line:column``: the program's bindings (visible
-    throughout it) and the parameters and variables of the constructs around it."""
+    """The names a value may read at ``line:column`` in ``analysis``: its bindings (visible
+    throughout the program) and the parameters and variables of the constructs around it."""
     names = set()
     for s in analysis.symbols:
         if not s.defines or s.kind not in ("binding", "parameter", "variable"):
@@ -298,29 +325,110 @@ def formatting(doc: Document) -> list[lsp.TextEdit]:
 
 # ---------------------------------------------------------------------- highlighting
 
+@dataclass(frozen=True, slots=True)
+class Coloured:
+    """The semantic tokens of a piece of a text (its top-level statements, comments and all),
+    delta-encoded from its first line's start (``data``), the same wherever an edit moved the
+    piece. ``reads``: where in ``data`` the type of a name read is whose colour is what the
+    program defines it as elsewhere (a binding or an imported program); ``defines``: the
+    names the piece defines for the whole program, with their type, in order; ``last``: the
+    line (from the first) and column of its last token."""
+
+    data: list[int]
+    reads: list[tuple[int, str]]
+    defines: list[tuple[str, int]]
+    last: tuple[int, int]
+
+
+def _at(span: n.Span) -> tuple[int, int]:
+    return span.line, span.column
+
+
 def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
     """Tokens for highlighting: names by what they name, keywords, properties, strings (an
     interpolation in one coloured as the name it reads), numbers, ``**discretion**`` and
-    comments; a token over several lines is cut per line."""
-    tokens, comments = doc.lexed
-    by_start = {(s.span.line, s.span.column): s for s in doc.analysis.symbols} \
-        if doc.analysis else {}
-    found: list[tuple[int, int, int, str, int]] = []  # line, column, end column, type, mods
+    comments; a token over several lines is cut per line. With the document's parses, each
+    piece's tokens are kept by the piece's key and computed, from one analysis of the pieces
+    not kept, only for those; a name read whose colour another statement decides is resolved
+    through the names the pieces define."""
+    program = doc.result.program
+    if doc.parses is None or program is None:
+        tokens, comments = doc.lexed
+        analysis = doc.analysis
+        symbols = analysis.symbols if analysis is not None else ()
+        return lsp.SemanticTokens(data=_colour(
+            doc, tokens, comments, 1, analysis, {_at(s.span): s for s in symbols}, []).data)
+    kept = doc.parses.coloured
+    missing = [(piece, count) for _, key, piece, count in doc.pieces if key not in kept]
+    if missing:
+        analysis = analyze_part(program, doc.text, (
+            i for piece, count in missing for i in range(count, count + len(piece.statements))))
+        by_start = {_at(s.span): s for s in analysis.symbols}
+        defining = [s for s in analysis.symbols
+                    if s.defines and s.scope is None and s.kind in ("binding", "program")]
+        where = [s.span.line for s in defining]
+        ends = [line for line, *_ in doc.pieces[1:]] + [len(doc.lines) + 1]
+        for (line, key, piece, _), end in zip(doc.pieces, ends, strict=True):
+            if key not in kept:
+                placed = place_tokens(piece)
+                defines = [(s.name, TOKEN_INDEX[SYMBOL_TOKEN[s.kind]]) for s in defining[
+                    bisect.bisect_left(where, line):bisect.bisect_left(where, end)]]
+                kept[key] = _colour(doc, placed.tokens, placed.comments, line, analysis,
+                                    by_start, defines)
+    if len(kept) > 2 * len(doc.pieces) + 64:
+        doc.parses.coloured = kept = {key: kept[key] for _, key, _, _ in doc.pieces}
+    pieces: list[tuple[int, Coloured]] = [(line, kept[key])  # type: ignore[misc]
+                                          for line, key, _, _ in doc.pieces]
+    defined: dict[str, int] = {}
+    for _, coloured in pieces:
+        for name, kind in coloured.defines:
+            defined.setdefault(name, kind)
+    variable = TOKEN_INDEX["variable"]
+    data: list[int] = []
+    previous_line, previous_start = 1, 0
+    for line, coloured in pieces:
+        if not coloured.data:
+            continue
+        base = len(data)
+        data += coloured.data
+        for at, name in coloured.reads:
+            data[base + at] = defined.get(name, variable)
+        first = line + coloured.data[0]
+        data[base] = first - previous_line
+        if first == previous_line:
+            data[base + 1] -= previous_start
+        previous_line, previous_start = line + coloured.last[0], coloured.last[1]
+    return lsp.SemanticTokens(data=data)
 
-    def add(span: n.Span, kind: str, modifiers: int = 0) -> None:
+
+def _colour(doc: Document, tokens: Sequence[Token], comments: Iterable[n.Span], first: int,
+            analysis: Analysis | None, by_start: dict[tuple[int, int], Symbol],
+            defines: list[tuple[str, int]]) -> Coloured:
+    """The tokens and comments of the text from line ``first`` on, their names coloured by
+    ``analysis`` (one that holds their statements; ``by_start``: its symbols by where they
+    start). A name read is coloured as what it finds when ``analysis`` is the whole
+    program's or a construct there defines it, else left to the program's definitions (see
+    :class:`Coloured`; ``defines``: those of these statements)."""
+    resolve = analysis is not None and analysis.program is doc.result.program
+    found: list[tuple[int, int, int, str, int, str]] = []  # line, column, end, type, mods, read
+
+    def add(span: n.Span, kind: str, modifiers: int = 0, read: str = "") -> None:
         for line in range(span.line, span.end_line + 1):
             text = doc.lines[line - 1] if line <= len(doc.lines) else ""
             start = span.column if line == span.line else 1
             end = span.end_column if line == span.end_line else len(text) + 1
             if end > start:
-                found.append((line, start, end, kind, modifiers))
+                found.append((line, start, end, kind, modifiers, read))
 
-    def named(symbol: Symbol) -> str:
-        """The token type of what ``symbol`` names (a read value: what defines it)."""
-        if symbol.kind == "binding" and not symbol.defines and doc.analysis is not None:
-            found = doc.analysis.definitions_of(symbol)
-            return SYMBOL_TOKEN[found[0].kind] if found else "variable"
-        return SYMBOL_TOKEN[symbol.kind]
+    def name(span: n.Span, symbol: Symbol, modifiers: int = 0) -> None:
+        """``symbol`` coloured as what it names (a read value: what defines it)."""
+        if symbol.kind != "binding" or symbol.defines or analysis is None:
+            return add(span, SYMBOL_TOKEN[symbol.kind], modifiers)
+        defined = analysis.definitions_of(symbol)
+        if resolve or (defined and defined[0].scope is not None):
+            return add(span, SYMBOL_TOKEN[defined[0].kind] if defined else "variable",
+                       modifiers)
+        return add(span, "variable", modifiers, symbol.name)
 
     def string(tok: Token) -> None:
         """The string cut around its interpolations, each coloured as the name it reads."""
@@ -331,7 +439,10 @@ def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
             at = part.span
             add(n.Span(line, column, at.line, at.column), "string")
             symbol = by_start.get((at.line, at.column + 1))
-            add(at, named(symbol) if symbol else "variable")
+            if symbol is not None:
+                name(at, symbol)
+            else:
+                add(at, "variable")
             line, column = at.end_line, at.end_column
         add(n.Span(line, column, tok.span.end_line, tok.span.end_column), "string")
 
@@ -340,7 +451,7 @@ def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
             symbol = by_start.get((tok.span.line, tok.span.column))
             following = tokens[i + 1] if i + 1 < len(tokens) else None
             if symbol is not None and symbol.name == tok.value:
-                add(tok.span, named(symbol), 1 if symbol.defines else 0)
+                name(tok.span, symbol, 1 if symbol.defines else 0)
             elif following is not None and following.is_op(":") and \
                     tok.value in AGENT_PROPERTIES:
                 add(tok.span, "property")
@@ -356,15 +467,43 @@ def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
         add(span, "comment")
     found.sort()
     data: list[int] = []
-    previous_line, previous_start = 1, 0
-    for line, start, end, kind, modifiers in found:
+    reads: list[tuple[int, str]] = []
+    previous_line, previous_start = first, 0
+    for line, start, end, kind, modifiers, read in found:
         text = doc.lines[line - 1] if line <= len(doc.lines) else ""
         if text.isascii():
             column, length = start - 1, end - start
         else:
             column, length = utf16(text[:start - 1]), utf16(text[start - 1:end - 1])
+        if read:
+            reads.append((len(data) + 3, read))
         delta_line = line - previous_line
         data += [delta_line, column - (previous_start if delta_line == 0 else 0), length,
                  TOKEN_INDEX[kind], modifiers]
         previous_line, previous_start = line, column
-    return lsp.SemanticTokens(data=data)
+    return Coloured(data, reads, defines, (previous_line - first, previous_start))
+
+
+def tokens_edit(before: list[int], after: list[int]) -> lsp.SemanticTokensEdit:
+    """The one edit taking ``before`` (the tokens last sent) to ``after``: the ints between
+    the longest prefix and suffix they share (for ``semanticTokens/full/delta``; a change
+    touches one place, so a client gets that place's tokens, not the whole file's)."""
+    most = min(len(before), len(after))
+    same = _shared(before, after, most, lambda k: before[:k] == after[:k])
+    end = _shared(before, after, most - same,
+                  lambda k: before[len(before) - k:] == after[len(after) - k:])
+    return lsp.SemanticTokensEdit(same, len(before) - same - end,
+                                  after[same:len(after) - end])
+
+
+def _shared(before: list[int], after: list[int], most: int,
+            holds: Callable[[int], bool]) -> int:
+    """The largest ``k`` <= ``most`` for which ``holds(k)`` (true up to some k, then false)."""
+    lo, hi = 0, most
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if holds(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

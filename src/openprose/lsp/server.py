@@ -14,7 +14,6 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from openprose import __version__
-from openprose.language.analysis import Analysis
 from openprose.language.parser import Parses
 from openprose.lsp import features
 from openprose.lsp.document import Document, settle
@@ -28,7 +27,7 @@ log = logging.getLogger(__name__)
 class ProseLanguageServer(LanguageServer):
     """Keeps each open document's latest compile, the parses its next version reuses (edits
     arrive as ranges, the default incremental sync), and the last version that could be
-    parsed (completion goes on from its analysis while a line is half typed)."""
+    parsed (completion goes on from it while a line is half typed)."""
 
     def __init__(self) -> None:
         super().__init__("openprose", __version__)
@@ -36,6 +35,9 @@ class ProseLanguageServer(LanguageServer):
         self.parsed: dict[str, Document] = {}
         self.parses: dict[str, Parses] = {}
         self.pending: dict[str, asyncio.Task[None]] = {}
+        #: the semantic tokens last sent for each document, with their result id (the
+        #: document's version): what a delta request's edit is from
+        self.tokens: dict[str, tuple[str, list[int]]] = {}
 
     def refresh(self, uri: str) -> Document:
         text = self.workspace.get_text_document(uri)
@@ -52,10 +54,9 @@ class ProseLanguageServer(LanguageServer):
             uri, doc.diagnostics(), version=doc.version))
         settle()
 
-    def last_analysis(self, doc: Document) -> Analysis | None:
-        """``doc``'s analysis, else that of the last version that could be parsed."""
-        last = self.parsed.get(doc.uri)
-        return doc.analysis or (last.analysis if last is not None else None)
+    def last_parsed(self, doc: Document) -> Document | None:
+        """``doc``, else the last version of it that could be parsed."""
+        return doc if doc.result.program is not None else self.parsed.get(doc.uri)
 
     def later(self, uri: str) -> None:
         """Compile and publish once the text has been still for :data:`DEBOUNCE`: of a
@@ -115,7 +116,7 @@ def did_close(ls: ProseLanguageServer, params: lsp.DidCloseTextDocumentParams) -
     task = ls.pending.pop(uri, None)
     if task is not None:
         task.cancel()
-    for kept in (ls.documents, ls.parsed, ls.parses):
+    for kept in (ls.documents, ls.parsed, ls.parses, ls.tokens):
         kept.pop(uri, None)
     ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri, []))
 
@@ -140,12 +141,18 @@ def references(ls: ProseLanguageServer, params: lsp.ReferenceParams) -> list[lsp
         doc, params.position, params.context.include_declaration), [])
 
 
+@server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT)
+def document_highlight(ls: ProseLanguageServer, params: lsp.DocumentHighlightParams
+                       ) -> list[lsp.DocumentHighlight]:
+    return _on(params, lambda doc: features.highlights(doc, params.position), [])
+
+
 @server.feature(lsp.TEXT_DOCUMENT_COMPLETION,
                 lsp.CompletionOptions(trigger_characters=[":", " ", "{", ","]))
 def completion(ls: ProseLanguageServer, params: lsp.CompletionParams) -> lsp.CompletionList:
     def answer(doc: Document) -> lsp.CompletionList:
         return lsp.CompletionList(False, features.completion(
-            doc, ls.last_analysis(doc), params.position))
+            doc, ls.last_parsed(doc), params.position))
     return _on(params, answer, lsp.CompletionList(False, []))
 
 
@@ -166,9 +173,31 @@ def formatting(ls: ProseLanguageServer, params: lsp.DocumentFormattingParams) ->
     return _on(params, features.formatting, [])
 
 
+def _tokens(ls: ProseLanguageServer, doc: Document) -> lsp.SemanticTokens:
+    """``doc``'s semantic tokens, kept as the last sent (their result id: its version)."""
+    tokens = features.semantic_tokens(doc)
+    tokens.result_id = str(doc.version)
+    ls.tokens[doc.uri] = (tokens.result_id, tokens.data)
+    return tokens
+
+
 @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, features.LEGEND)
 def semantic_tokens(ls: ProseLanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
-    return _on(params, features.semantic_tokens, lsp.SemanticTokens(data=[]))
+    return _on(params, lambda doc: _tokens(ls, doc), lsp.SemanticTokens(data=[]))
+
+
+@server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL_DELTA)
+def semantic_tokens_delta(ls: ProseLanguageServer, params: lsp.SemanticTokensDeltaParams
+                          ) -> lsp.SemanticTokens | lsp.SemanticTokensDelta:
+    """The edit from the tokens last sent, when the client has those; else all of them."""
+    def answer(doc: Document) -> lsp.SemanticTokens | lsp.SemanticTokensDelta:
+        result_id, before = ls.tokens.get(doc.uri, ("", []))
+        tokens = _tokens(ls, doc)
+        if result_id != params.previous_result_id:
+            return tokens
+        return lsp.SemanticTokensDelta([features.tokens_edit(before, tokens.data)],
+                                       tokens.result_id)
+    return _on(params, answer, lsp.SemanticTokens(data=[]))
 
 
 def main() -> None:
