@@ -15,6 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 HAS_PG = bool(list(Path("/usr/lib/postgresql").glob("*/bin/initdb")))
+# one worker starts these clusters one after another: two pg-up never race for a free port
+pytestmark = pytest.mark.xdist_group("pg_up")
 
 
 def _fresh_env(**extra: str) -> dict[str, str]:

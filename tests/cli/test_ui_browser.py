@@ -33,8 +33,9 @@ output summary = session "Summarize"
   context: research
 """
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-                                reason="needs Debian's chromium (apt-get install chromium)")
+pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+                                 reason="needs Debian's chromium (apt-get install chromium)"),
+              pytest.mark.xdist_group("ui_browser")]  # one server and browser, one worker
 
 
 @pytest.fixture(scope="module")

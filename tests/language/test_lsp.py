@@ -23,7 +23,8 @@ from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 from openprose.language import compile
 from openprose.language.canonical import format_program
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"),
+              pytest.mark.xdist_group("lsp")]  # one server for the module, one worker
 SERVER = [sys.executable, "-c", "from openprose.cli import main; main()", "lsp"]
 FUZZ_CASES = 40
 
