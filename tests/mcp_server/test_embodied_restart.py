@@ -123,36 +123,3 @@ async def test_a_followed_spawn_costs_no_flush_of_its_own(tmp_path: Path,
         vm = (await h.call("resume_run", run_id=run_id))["vm_token"]
         text = await h.refused("spawn_session", vm_token=vm, statement="2.else.0")
         assert "statement 2.else.0 is not next" in text
-
-
-async def test_a_followed_write_answers_without_waiting_for_the_follower(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """write_binding hands the value to the follower and answers: it does not wait turns of
-    the event loop for the followed program to settle (every call that reads where the
-    program is lets it settle first), and the next step is still found, and refused when
-    it is not next."""
-    from openprose.mcp_server.follow import Follower
-
-    (tmp_path / "note.prose").write_text(PROGRAM)
-    settled: list[str] = []
-    real = Follower.quiet
-
-    async def counted(self: Follower) -> None:
-        settled.append("quiet")
-        await real(self)
-
-    monkeypatch.setattr(Follower, "quiet", counted)
-    async with host(tmp_path, {}, watch=False) as h:
-        run = await h.call("start_run", program="note.prose")
-        vm = run["vm_token"]
-        draft = await h.call("spawn_session", vm_token=vm, statement="1")
-        settled.clear()
-        await h.call("write_binding", token=draft["session_token"], value="a draft")
-        assert settled == []
-        status = await h.call("run_status", vm_token=vm)
-        assert settled == ["quiet"] and status["status"] == "running"
-        text = await h.refused("spawn_session", vm_token=vm, statement="2.b0.0")
-        assert "next: record_verdict 2.if0" in text
-        await h.call("record_verdict", vm_token=vm, statement="2.if0", value=False,
-                     reason="short")
-        await h.call("spawn_session", vm_token=vm, statement="2.else.0")

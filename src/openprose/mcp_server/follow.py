@@ -561,8 +561,6 @@ class Follower:
         self.claimed.discard(token)
 
     async def written(self, token: str, value: str, summary: str) -> None:
-        """Hand the host's value to the interpreter. The write's reply does not wait for the
-        interpreter to walk on: every call that reads where it is lets it settle first."""
         item = self.provider.pending.get(token)
         key = item.key if item is not None else None
         with contextlib.suppress(ItemRefused):  # its branch was cancelled (a join settled)
@@ -570,6 +568,7 @@ class Follower:
         if key is not None:
             self.done.append(key)
         self.claimed.discard(token)
+        await self.quiet()
 
     async def failed(self, token: str, error: str) -> None:
         item = self.provider.pending.get(token)

@@ -268,8 +268,6 @@ def register(mcp: MCPServer, ctx: ServerContext) -> None:
     async def run_status(vm_token: str) -> Annotated[CallToolResult, StatusResult]:
         """Where the run is: statuses, live frames, pending sessions, bindings, verdicts."""
         driven = ctx.registry.by_vm_token(vm_token)
-        if driven.follower is not None:  # a write's reply does not wait for it to walk on
-            await driven.follower.quiet()
         status = status_of(driven)
         return reply(status, status_text(status))
 
