@@ -151,7 +151,10 @@ def resume_job(run_id: str, project_root: Path, backend: str | None,
     """Prepare a resume: the run's own program copy (or an edited file) and its inputs.
     The run's driver lock is taken first (a run another process drives is refused before
     anything is read or repaired) and handed to the job, which :func:`execute` releases.
-    ``store``: the store to read the run from, closed here (None: the project's)."""
+    ``store``: the store to read the run from, handed on to the job, so that :func:`execute`
+    drives the run it read here without reading it again (and closes it); None: the
+    project's, opened and closed here."""
+    given = store
     try:
         store = store or state.open_store(project_root,
                                           backend or _find_backend(project_root, run_id))
@@ -177,14 +180,15 @@ def resume_job(run_id: str, project_root: Path, backend: str | None,
     except BaseException as err:
         if driver is not None:
             driver.release()
+        store.close()
         if isinstance(err, state.StateError):
             raise EngineError(f"cannot resume {run_id}: {err}") from err
         raise
-    finally:
+    if given is None:
         store.close()
     return Job(source=source, file=file, program=result.program, project_root=project_root,
                backend=store.kind, inputs=inputs, imports=imports, run_id=run_id,
-               driver=driver, recorded=recorded, **settings)
+               driver=driver, recorded=recorded, store=given, **settings)
 
 
 def set_budget(job: Job, max_tokens: int | None = None, max_cost: float | None = None

@@ -220,7 +220,8 @@ def task(root: Path, shared: state.StateStore, slots: Slots | None) -> Callable[
 
 async def _drive(root: Path, shared: state.StateStore, slots: Slots | None,
                  run_id: str) -> str:
-    """Resume ``run_id`` from its journal and drive it; how it ended."""
+    """Resume ``run_id`` from its journal and drive it; how it ended. The run is read once
+    (``resume_job`` hands its store, the run cached in it, on to ``execute``)."""
     try:
         job = runner.resume_job(run_id, root, "postgres", store=shared.fresh())
     except EngineError as err:
@@ -240,8 +241,7 @@ async def _drive(root: Path, shared: state.StateStore, slots: Slots | None,
     except BaseException:
         _release(job)
         raise
-    job.store = shared.fresh()
-    return (await runner.execute(job, provider)).status
+    return (await runner.execute(job, provider)).status  # in the store it was read in
 
 
 T = TypeVar("T")
@@ -296,6 +296,8 @@ async def _on_own_loop(body: Coroutine[Any, Any, T], name: str) -> T:
 def _release(job: runner.Job) -> None:
     if job.driver is not None:
         job.driver.release()
+    if job.store is not None:
+        job.store.close()
 
 
 def _prepare(job: runner.Job, root: Path, slots: Slots | None) -> Provider:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -81,6 +82,8 @@ class PostgresBackend(SqlBackend):
             _allow_queued(conn, self.prefix)
         self._psycopg = psycopg
         self._url = url
+        self._idle_drivers: list[Any] = []  # driver lock connections holding no lock
+        self._idle_lock = threading.Lock()
 
     def q(self, sql: str) -> str:
         return super().q(sql).replace("?", "%s")
@@ -130,17 +133,23 @@ class PostgresBackend(SqlBackend):
     def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
         """A session-level advisory lock on a connection of its own, held until released:
         PostgreSQL drops it when that connection ends, with the process or otherwise. Who
-        holds it is recorded in the ``driver`` table for a refused driver to read."""
+        holds it is recorded in the ``driver`` table for a refused driver to read. A released
+        lock's connection is kept for the next run's lock (a process driving runs in turn, a
+        worker, would otherwise start a server process per run)."""
         key = driver_key(self.schema, run_id)
+        for kept in (True, False):
+            conn = self._driver_connection(kept)
+            try:
+                taken = conn.execute("SELECT pg_try_advisory_lock(%s),"
+                                     " set_config('application_name', %s, false)",
+                                     (key, f"openprose driver {run_id}")).fetchone()[0]
+                break
+            except self._psycopg.OperationalError:  # a kept one the server has ended
+                conn.close()
+                if not kept:
+                    raise
         try:
-            conn = self._psycopg.connect(self._url, autocommit=True,
-                                         application_name=f"openprose driver {run_id}")
-        except self._psycopg.Error as err:
-            raise BackendUnavailable(f"cannot connect to PostgreSQL at "
-                                     f"{postgres_shown(self._url)}: "
-                                     f"{postgres_scrubbed(str(err), self._url)}") from None
-        try:
-            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+            if not taken:
 
                 def recorded() -> DriverHolder | None:
                     rows = conn.execute(self.q("SELECT pid, host, since FROM {p}driver"
@@ -161,11 +170,34 @@ class PostgresBackend(SqlBackend):
             raise
 
         def release() -> None:
+            unlocked = False
             with contextlib.suppress(self._psycopg.Error):
-                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                unlocked = conn.execute("SELECT pg_advisory_unlock(%s), set_config("
+                                        "'application_name', 'openprose driver', false)",
+                                        (key,)).fetchone()[0]
+            with self._idle_lock:
+                if unlocked and len(self._idle_drivers) < IDLE_DRIVERS:
+                    self._idle_drivers.append(conn)  # holds no lock: the next one's
+                    return
             conn.close()
 
         return release
+
+    def _driver_connection(self, kept: bool) -> Any:
+        """A connection holding no lock: with ``kept``, one kept from a released lock when
+        there is one; else a new one."""
+        with self._idle_lock:
+            while kept and self._idle_drivers:
+                conn = self._idle_drivers.pop()
+                if not conn.closed:
+                    return conn
+        try:
+            return self._psycopg.connect(self._url, autocommit=True,
+                                         application_name="openprose driver")
+        except self._psycopg.Error as err:
+            raise BackendUnavailable(f"cannot connect to PostgreSQL at "
+                                     f"{postgres_shown(self._url)}: "
+                                     f"{postgres_scrubbed(str(err), self._url)}") from None
 
     def list_runs(self) -> list[RunRecord]:
         rows = self.fetch(None, self.RUN_COLUMNS + " WHERE position('/imports/' in id) = 0"
@@ -205,6 +237,10 @@ class PostgresBackend(SqlBackend):
                                             self.table_location(run_id, "capabilities"))
 
     def close(self) -> None:
+        with self._idle_lock:
+            idle, self._idle_drivers = self._idle_drivers, []
+        for conn in idle:
+            conn.close()
         self.pool.close()
 
 
@@ -229,6 +265,9 @@ def driver_key(schema: str, run_id: str) -> int:
     digest = hashlib.sha256(f"openprose-driver\0{schema}\0{run_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
+
+# Driver lock connections kept idle for the next runs' locks, at most.
+IDLE_DRIVERS = 8
 
 # PostgreSQL takes at most 65,535 parameters in one statement.
 MAX_PARAMETERS = 60_000

@@ -1,0 +1,69 @@
+"""What a worker costs the database per run and per session, counted, not timed: a claimed
+run is read once; runs driven one after another share one driver connection. (The time
+and CPU per session are measured by bench/cluster.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.engine.cli_procs import make_project
+
+from openprose import state
+from openprose.engine import runner
+from openprose.engine.permissions import Grants
+from openprose.language import compile as compile_program
+from openprose.workers import queue as q
+from openprose.workers import worker
+
+pytestmark = pytest.mark.postgres
+
+PROGRAM = 'let a = session "one"\noutput o = session "two"\n'
+
+
+@pytest.fixture
+def root(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    yield from make_project(tmp_path / "project", PROGRAM,
+                            "latency: 0\ndefault_output: ok\n", "postgres", monkeypatch)
+
+
+def queued(root: Path) -> str:
+    compiled = compile_program(PROGRAM, "p.prose").program
+    assert compiled is not None
+    job = runner.Job(source=PROGRAM, file="p.prose", program=compiled, project_root=root,
+                     backend="postgres")
+    job.settings = {"provider": "scripted", "script": str(root / "s.yaml")}
+    return q.enqueue(job, Grants())[0]
+
+
+def test_a_claimed_run_is_read_once(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id = queued(root)
+    shared = state.open_store(root, "postgres")
+    loads: list[str] = []
+    read = shared.backend.list_frames  # read by every load of a run, by nothing else here
+
+    def counted(run: str) -> list[state.Frame]:
+        loads.append(run)
+        return read(run)
+
+    monkeypatch.setattr(shared.backend, "list_frames", counted)
+    try:
+        drive = worker.task(root.resolve(), shared, None)
+        assert asyncio.run(drive(None, run_id)) == "completed"
+    finally:
+        shared.close()
+    assert loads == [run_id]
+
+
+def test_runs_in_turn_share_one_driver_connection(root: Path) -> None:
+    ids = [queued(root) for _ in range(3)]
+    with state.open_store(root, "postgres") as store:
+        backends = set()
+        for run_id in ids:
+            with store.driver_lock(run_id):
+                backends |= {pid for (pid,) in store.backend.fetch(
+                    None, "SELECT pid FROM pg_stat_activity WHERE application_name = ?",
+                    (f"openprose driver {run_id}",))}
+    assert len(backends) == 1, backends
