@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.engine.cli_procs import make_project
@@ -67,3 +68,38 @@ def test_runs_in_turn_share_one_driver_connection(root: Path) -> None:
                     None, "SELECT pid FROM pg_stat_activity WHERE application_name = ?",
                     (f"openprose driver {run_id}",))}
     assert len(backends) == 1, backends
+
+
+def test_a_render_of_state_is_one_round_trip(root: Path, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    import psycopg
+
+    with state.open_store(root, "postgres") as store:
+        run = store.create_run(PROGRAM, "p.prose")
+        trips = round_trips(monkeypatch, psycopg)
+        run.update_state(state.StateSnapshot(tuple(
+            state.StatementStatus(line, line, "complete") for line in (1, 2))))
+        assert trips == [1]
+        assert "o = session" in run.state_text()
+        rows = store.backend.fetch(run.id, "SELECT statement_index, status FROM"
+                                   " {p}execution WHERE run_id = ? ORDER BY 1", (run.id,))
+    assert rows == [(1, "completed"), (2, "completed")]
+
+
+def round_trips(monkeypatch: pytest.MonkeyPatch, psycopg: Any) -> list[int]:
+    """A count, from now on, of the statements this process sends (a transaction's BEGIN
+    and COMMIT count too)."""
+    count = [0]
+    execute, transaction = psycopg.Cursor.execute, psycopg.Connection.transaction
+
+    def counted_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return execute(self, *args, **kwargs)
+
+    def counted_transaction(self: Any, *args: Any, **kwargs: Any) -> Any:
+        count[0] += 2
+        return transaction(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted_execute)
+    monkeypatch.setattr(psycopg.Connection, "transaction", counted_transaction)
+    return count

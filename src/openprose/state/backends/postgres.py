@@ -110,9 +110,10 @@ class PostgresBackend(SqlBackend):
 
     def write_all(self, run_id: str, parts: list[tuple[str, list[tuple[Any, ...]]]], *,
                   durable: bool) -> None:
-        """Every statement's rows as one multi-row VALUES list, and the statements as one
-        statement of data-modifying CTEs: one round trip however many sessions start or
-        finish together. (An upsert's rows must not repeat a key.)"""
+        """Every statement's rows as one multi-row VALUES list (a statement without one, an
+        ``UPDATE``, takes one row), and the statements as one statement of data-modifying
+        CTEs: one round trip however many sessions start or finish together. (An upsert's
+        rows must not repeat a key.)"""
         statements: list[str] = []
         params: list[Any] = []
         for sql, rows in parts:
@@ -280,7 +281,12 @@ def _values_group(sql: str) -> str:
 
 def _numbered_values(sql: str, rows: int, first: int) -> str:
     """``INSERT ... VALUES (?,?)`` for ``rows`` rows, in PostgreSQL's numbered parameters
-    from ``$first`` on."""
+    from ``$first`` on; another statement (an ``UPDATE``) takes one row."""
+    if "VALUES (" not in sql:
+        if rows != 1:
+            raise ValueError(f"one row only, not {rows}: {sql}")
+        head, *rest = sql.split("?")
+        return head + "".join(f"${first + i}{part}" for i, part in enumerate(rest))
     group = _values_group(sql)
     width = group.count("?")
     numbered = ",".join("(" + ",".join(f"${first + row * width + column}"

@@ -462,16 +462,17 @@ class SqlBackend(Backend):
         return [(int(r[0]), r[1] or "") for r in rows]
 
     # ------------------------------------------------------------------ state
+    UPDATE_STATE = "UPDATE {p}run SET state_md = ? WHERE id = ?"
+    UPSERT_EXECUTION = ("INSERT INTO {p}execution (run_id, statement_index, status, metadata)"
+                        " VALUES (?,?,?,?) ON CONFLICT (run_id, statement_index) DO UPDATE SET"
+                        " status = excluded.status, metadata = excluded.metadata")
+
     def write_state(self, run_id: str, text: str, snapshot: StateSnapshot) -> None:
-        with self.tx(run_id, durable=False) as cur:
-            cur.execute(self.q("UPDATE {p}run SET state_md = ? WHERE id = ?"), (text, run_id))
-            for status in snapshot.statuses:
-                cur.execute(self.q(
-                    "INSERT INTO {p}execution (run_id, statement_index, status, metadata)"
-                    " VALUES (?,?,?,?) ON CONFLICT (run_id, statement_index) DO UPDATE SET"
-                    " status = excluded.status, metadata = excluded.metadata"),
-                    (run_id, status.line, _execution_status(status.status),
-                     json.dumps(asdict(status))))
+        """state.md and the statements' statuses in one write (one round trip on
+        PostgreSQL: it is made several times a run)."""
+        self.write_all(run_id, [(self.UPDATE_STATE, [(text, run_id)]), (self.UPSERT_EXECUTION, [
+            (run_id, status.line, _execution_status(status.status),
+             json.dumps(asdict(status))) for status in snapshot.statuses])], durable=False)
 
     def write_digest(self, run_id: str, text: str) -> None:
         """Beside the attachments (read whole, never queried); not on a machine that does
