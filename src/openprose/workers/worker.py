@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import openprose.language.parser  # as skills below: loaded on first use, here before a run
+import openprose.language.validator  # noqa: F401
 from openprose import state
 from openprose.engine import runner
 from openprose.engine.errors import EngineError, ProviderUnavailable
@@ -41,6 +43,8 @@ from openprose.engine.provider import (
     SessionResult,
     Verdict,
 )
+from openprose.engine.skills import resolve_skills
+from openprose.engine.work_tools import default_setup
 from openprose.workers import queue as q
 
 #: How often a waiting session asks for a free slot of its provider's cap.
@@ -302,9 +306,6 @@ def _release(job: runner.Job) -> None:
 
 def _prepare(job: runner.Job, root: Path, slots: Slots | None) -> Provider:
     """Set ``job`` up exactly as it was queued; the provider to drive it with."""
-    from openprose.engine.skills import resolve_skills
-    from openprose.engine.work_tools import default_setup
-
     how = job.recorded
     job.settings = {key: value for key, value in how.items() if key != "backend"}
     job.max_concurrency = int(how.get("max_concurrency") or job.max_concurrency)
