@@ -32,7 +32,7 @@ ADDED_COLUMNS = (("frames", "call_key", "TEXT"),)
 
 class PostgresBackend(SqlBackend):
     """Every run in one PostgreSQL schema (default ``openprose``), through a connection pool.
-    Non-durable transactions use ``synchronous_commit = off``; tables prefixed ``x_`` are
+    Non-durable writes commit with ``synchronous_commit = off``; tables prefixed ``x_`` are
     never touched."""
 
     name = "postgres"
@@ -102,18 +102,17 @@ class PostgresBackend(SqlBackend):
 
     def write(self, run_id: str | None, sql: str, params: tuple[Any, ...], *, durable: bool,
               scope: str = "run") -> None:
-        # One autocommit round trip. The server's synchronous_commit stays on, so a write
-        # that need not be durable costs the same flush a durable one does; that is cheaper
-        # than the extra round trips of turning it off per transaction.
+        # One autocommit round trip; one that need not be durable turns the WAL flush off
+        # for its own transaction within the statement (see NO_FLUSH).
         with self.pool.connection() as conn:
-            conn.execute(self.q(sql), params)
+            conn.execute(self.q(sql if durable else f"WITH s0 AS ({sql}) {NO_FLUSH}"), params)
 
     def write_all(self, run_id: str, parts: list[tuple[str, list[tuple[Any, ...]]]], *,
                   durable: bool) -> None:
         """Every statement's rows as one multi-row VALUES list (a statement without one, an
         ``UPDATE``, takes one row), and the statements as one statement of data-modifying
-        CTEs: one round trip however many sessions start or finish together. (An upsert's
-        rows must not repeat a key.)"""
+        CTEs: one round trip however many sessions start or finish together, without a WAL
+        flush unless ``durable``. (An upsert's rows must not repeat a key.)"""
         statements: list[str] = []
         params: list[Any] = []
         for sql, rows in parts:
@@ -125,6 +124,8 @@ class PostgresBackend(SqlBackend):
         if len(params) > MAX_PARAMETERS:
             super().write_all(run_id, parts, durable=durable)
             return
+        if not durable:
+            statements.append(NO_FLUSH)
         *first, last = statements
         ctes = ", ".join(f"s{i} AS ({sql})" for i, sql in enumerate(first))
         statement = (f"WITH {ctes} {last}" if ctes else last).replace("{p}", self.prefix)
@@ -266,6 +267,14 @@ def driver_key(schema: str, run_id: str) -> int:
     digest = hashlib.sha256(f"openprose-driver\0{schema}\0{run_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
+
+# The main statement of a write that need not be durable, its changes in data-modifying
+# CTEs: its transaction commits without waiting for the WAL to reach the disk (as under
+# ``SET LOCAL synchronous_commit = off``, without a transaction's extra round trips). A flush
+# costs the server several times the write itself, and the writer a disk's latency; a later
+# durable commit flushes this one too, in order. A server crash may lose such a write, never
+# a durable one after it.
+NO_FLUSH = "SELECT set_config('synchronous_commit', 'off', true)"
 
 # Driver lock connections kept idle for the next runs' locks, at most.
 IDLE_DRIVERS = 8
