@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +289,7 @@ def _values_group(sql: str) -> str:
     return sql[start : sql.index(")", start) + 1]
 
 
+@lru_cache(maxsize=512)  # the same few statements and sizes, several times a session
 def _numbered_values(sql: str, rows: int, first: int) -> str:
     """``INSERT ... VALUES (?,?)`` for ``rows`` rows, in PostgreSQL's numbered parameters
     from ``$first`` on; another statement (an ``UPDATE``) takes one row."""
