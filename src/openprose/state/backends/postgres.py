@@ -179,7 +179,7 @@ class PostgresBackend(SqlBackend):
                                         "'application_name', 'openprose driver', false)",
                                         (key,)).fetchone()[0]
             with self._idle_lock:
-                if unlocked and len(self._idle_drivers) < IDLE_DRIVERS:
+                if unlocked and not self.pool.closed and len(self._idle_drivers) < IDLE_DRIVERS:
                     self._idle_drivers.append(conn)  # holds no lock: the next one's
                     return
             conn.close()
