@@ -11,7 +11,8 @@ records first, then their jobs at once); runs per second from the first session'
 the last run's end (the scripted call logs' times), and the most connections to the
 database seen meanwhile (sampled every 0.2 s). And the CPU each session cost, from the
 queuing to the last run's end: the workers' and the PostgreSQL server's (the postmaster and
-its children, ended ones included; read from /proc, so only for a server on this machine).
+its children, ended ones included, so the bench's own queuing and polling too; read from
+/proc, so only for a server on this machine).
 Unlike runs per second this does not depend on how loaded the machine is: at the
 latency-bound ideal, sessions per second times CPU per session must fit in the cores.
 

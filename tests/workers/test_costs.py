@@ -1,6 +1,7 @@
 """What a worker costs the database per run and per session, counted, not timed: a claimed
-run is read once; runs driven one after another share one driver connection. (The time
-and CPU per session are measured by bench/cluster.py.)"""
+run is read once; runs driven one after another share one driver connection; a render of
+state.md is one round trip. (The time and CPU per session are measured by
+bench/cluster.py.)"""
 
 from __future__ import annotations
 
