@@ -104,3 +104,36 @@ def round_trips(monkeypatch: pytest.MonkeyPatch, psycopg: Any) -> list[int]:
     monkeypatch.setattr(psycopg.Cursor, "execute", counted_execute)
     monkeypatch.setattr(psycopg.Connection, "transaction", counted_transaction)
     return count
+
+
+def test_a_queue_query_is_one_round_trip(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """procrastinate's pool checked each connection with a round trip of its own before each
+    query; now only one the server has stirred (here: ended) is checked, and replaced."""
+    import psycopg
+
+    url, schema = q.connection(root)
+    q.install(url, schema)
+    count = [0]
+    execute = psycopg.AsyncCursor.execute
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return await execute(self, *args, **kwargs)
+
+    async def go() -> None:
+        app = q.make_app(url, schema, max_connections=1)
+        async with app.open_async():
+            one = app.connector.execute_query_one_async
+            pid = (await one("SELECT pg_backend_pid() AS pid"))["pid"]
+            monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted)
+            for _ in range(3):
+                assert (await one("SELECT pg_backend_pid() AS pid"))["pid"] == pid
+            assert count[0] == 3
+            with psycopg.connect(url, autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                while other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s",
+                                    (pid,)).fetchone():
+                    pass  # until the server process has ended
+            assert (await one("SELECT pg_backend_pid() AS pid"))["pid"] != pid
+
+    asyncio.run(go())
