@@ -1,7 +1,7 @@
 """What a worker costs the database per run and per session, counted, not timed: a claimed
-run is read once; runs driven one after another share one driver connection; a render of
-state.md is one round trip. (The time and CPU per session are measured by
-bench/cluster.py.)"""
+run is read once (its journal too); runs driven one after another share one driver
+connection; a render of state.md is one round trip; so is a query of the queue. (The time
+and CPU per session are measured by bench/cluster.py.)"""
 
 from __future__ import annotations
 
@@ -51,12 +51,21 @@ def test_a_claimed_run_is_read_once(root: Path, monkeypatch: pytest.MonkeyPatch)
         return read(run)
 
     monkeypatch.setattr(shared.backend, "list_frames", counted)
+    journals: list[str] = []
+    read_journal = shared.backend.read_journal
+
+    def counted_journal(run: str) -> list[state.JournalEntry]:
+        journals.append(run)
+        return read_journal(run)
+
+    monkeypatch.setattr(shared.backend, "read_journal", counted_journal)
     try:
         drive = worker.task(root.resolve(), shared, None)
         assert asyncio.run(drive(None, run_id)) == "completed"
     finally:
         shared.close()
     assert loads == [run_id]
+    assert journals == [run_id]  # by the repair, which hands it to the load
 
 
 def test_runs_in_turn_share_one_driver_connection(root: Path) -> None:

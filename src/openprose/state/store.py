@@ -341,8 +341,8 @@ class Run:
 
     # ------------------------------------------------------------------ loading
     def _load(self) -> None:
-        self.backend.repair(self.id)
-        for entry in self.backend.read_journal(self.id):
+        journal = self.backend.repair(self.id)
+        for entry in self.backend.read_journal(self.id) if journal is None else journal:
             self._remember(entry)
         for frame in self.backend.list_frames(self.id):
             self._frames[frame.execution_id] = frame

@@ -312,19 +312,21 @@ class SqlBackend(Backend):
         """Where a table's rows of this run are, for error messages."""
         return f"{self.name} table {self.prefix}{table} of run {run_id}"
 
-    def repair(self, run_id: str) -> None:
+    def repair(self, run_id: str) -> list[JournalEntry]:
         """Restore binding rows deleted since their session's result was recorded: the
         result in the journal carries the value (as the filesystem backend restores a
         deleted binding file). Temp files a killed write left in the run's directory (its
-        program copy, state.md, attachments) are swept."""
+        program copy, state.md, attachments) are swept. The journal read for it is
+        returned."""
         self.files.sweep_temps(run_id)
+        journal = self.read_journal(run_id)
         results: dict[BindingRef, JournalEntry] = {}
-        for entry in self.read_journal(run_id):
+        for entry in journal:
             if entry.kind == "result" and entry.binding is not None and \
                     entry.value is not None and entry.status == "completed":
                 results[entry.binding] = entry
         if not results:
-            return
+            return journal
         present = {BindingRef(name, eid or None) for name, eid in self.fetch(
             run_id, "SELECT name, execution_id FROM {p}bindings WHERE run_id = ?", (run_id,))}
         lost = [Binding(ref.name, ref.execution_id, entry.meta.get("kind") or "let",
@@ -334,6 +336,7 @@ class SqlBackend(Backend):
             self.write_all(run_id, [(self.UPSERT_BINDING,
                                      [self._binding_row(run_id, b) for b in lost])],
                            durable=True)
+        return journal
 
     # ------------------------------------------------------------------ frames, capabilities
     def put_frame(self, run_id: str, frame: Frame) -> None:
