@@ -1,7 +1,8 @@
 """What a worker costs the database per run and per session, counted, not timed: a claimed
 run is read once (its journal too); runs driven one after another share one driver
-connection; a render of state.md is one round trip; so is a query of the queue. (The time
-and CPU per session are measured by bench/cluster.py.)"""
+connection; a render of state.md is one round trip, and a worker renders less often than
+`prose run`; a query of the queue is one round trip. (The time and CPU per session are
+measured by bench/cluster.py.)"""
 
 from __future__ import annotations
 
@@ -146,3 +147,27 @@ def test_a_queue_query_is_one_round_trip(root: Path, monkeypatch: pytest.MonkeyP
             assert (await one("SELECT pg_backend_pid() AS pid"))["pid"] != pid
 
     asyncio.run(go())
+
+
+def test_a_worker_renders_state_less_often(root: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """Every render of a run a worker drives waits the worker's interval before the next."""
+    from openprose.engine import state_journal
+
+    run_id = queued(root)
+    intervals: list[float] = []
+    render = state_journal.StateJournal.render
+
+    def counted(self: state_journal.StateJournal) -> None:
+        intervals.append(self.render_interval)
+        render(self)
+
+    monkeypatch.setattr(state_journal.StateJournal, "render", counted)
+    shared = state.open_store(root, "postgres")
+    try:
+        drive = worker.task(root.resolve(), shared, None)
+        assert asyncio.run(drive(None, run_id)) == "completed"
+    finally:
+        shared.close()
+    assert intervals and set(intervals) == {worker.RENDER_INTERVAL}
+    assert worker.RENDER_INTERVAL > state_journal.RENDER_INTERVAL

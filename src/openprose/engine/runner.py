@@ -32,7 +32,7 @@ from openprose.engine.imports import Imported, ImportLoader, resolve
 from openprose.engine.interpreter import Interpreter, Options, RunBudget
 from openprose.engine.plan import Plan, plan
 from openprose.engine.provider import Provider, Usage
-from openprose.engine.state_journal import StateJournal, recorded_inputs
+from openprose.engine.state_journal import RENDER_INTERVAL, StateJournal, recorded_inputs
 from openprose.engine.values import Value
 from openprose.engine.work_tools import WorkSetup, default_setup
 from openprose.language import compile as compile_program
@@ -75,6 +75,9 @@ class Job:
     trace: bool = False
     #: How the run is driven, as its trace names it: run, guided or delegated.
     mode: str = "run"
+    #: Seconds at least between renders of state.md while the run goes (a worker, driving
+    #: many runs at once, renders less often than one ``prose run``).
+    render_interval: float = RENDER_INTERVAL
 
 
 @dataclass
@@ -377,7 +380,7 @@ async def _interpret(job: Job, store: state.StateStore, run: state.Run, provider
     # A resumed run's state.md changes from its first new session or verdict on: replaying
     # finished work (and a refusal found while replaying) leaves it as it was.
     journal = StateJournal(run, getattr(provider, "record_commit", None),
-                           hold_renders=resumed)
+                           render_interval=job.render_interval, hold_renders=resumed)
     options = job.options or Options(max_concurrency=job.max_concurrency, ask=job.ask)
     if options.work is None:
         options.work = job.work or default_setup(job.project_root)

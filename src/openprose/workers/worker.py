@@ -51,6 +51,10 @@ from openprose.workers import queue as q
 SLOT_POLL_SECONDS = 0.05
 #: Seconds of silence after which a worker's record is deleted (at least).
 PRUNE_AFTER = 300.0
+#: Seconds at least between renders of a run's state.md while a worker drives it: a
+#: render costs about a session's CPU (rendering, a round trip), and a worker drives many
+#: runs at once; the run's end is always rendered.
+RENDER_INTERVAL = 2.0
 
 
 class HandedBack(EngineError):
@@ -309,6 +313,7 @@ def _prepare(job: runner.Job, root: Path, slots: Slots | None) -> Provider:
     how = job.recorded
     job.settings = {key: value for key, value in how.items() if key != "backend"}
     job.max_concurrency = int(how.get("max_concurrency") or job.max_concurrency)
+    job.render_interval = RENDER_INTERVAL
     if how.get("max_tokens") or how.get("max_cost"):
         job.budget = RunBudget(how.get("max_tokens"), how.get("max_cost"))
     consent = how.get("consent") or {}
