@@ -9,7 +9,12 @@ each phase uses a fresh schema, dropped afterwards.
 Throughput: the workers start, and once every one takes runs the runs are queued (their
 records first, then their jobs at once); runs per second from the first session's start to
 the last run's end (the scripted call logs' times), and the most connections to the
-database seen meanwhile (sampled every 0.2 s).
+database seen meanwhile (sampled every 0.2 s). And the CPU each session cost, from the
+queuing to the last run's end: the workers' and the PostgreSQL server's (the postmaster and
+its children, ended ones included, so the bench's own queuing and polling too; read from
+/proc, so only for a server on this machine).
+Unlike runs per second this does not depend on how loaded the machine is: at the
+latency-bound ideal, sessions per second times CPU per session must fit in the cores.
 
 Chaos: while the runs go, a random worker is SIGKILLed every few seconds and a new one
 started. Then: every run completed; no session started again after its result was committed
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -39,6 +45,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 CLI = [sys.executable, "-c", "from openprose.cli import main; main()"]
 
@@ -85,6 +92,7 @@ class Phase:
                            "OPENPROSE_POSTGRES_SCHEMA": self.schema})
         self.workers: list[subprocess.Popen] = []
         self.count = 0
+        self.conn: Any = None
 
     def start(self, concurrency: int) -> subprocess.Popen:
         self.count += 1
@@ -101,10 +109,23 @@ class Phase:
         return "takes runs" in (self.root / name).read_text()
 
     def query(self, sql: str, *params: object) -> list[tuple]:
+        """``sql`` on the bench's one connection (a new connection per poll would cost the
+        server a process each time, counted as the workers' load)."""
         import psycopg
 
-        with psycopg.connect(self.url) as conn:
-            return conn.execute(sql.replace("{p}", f'"{self.schema}".'), params).fetchall()
+        if self.conn is None:
+            self.conn = psycopg.connect(self.url, autocommit=True)
+        cursor = self.conn.execute(sql.replace("{p}", f'"{self.schema}".'), params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+    def postmaster(self) -> int | None:
+        """The server's postmaster, when it runs on this machine (it is a backend's parent)."""
+        backend = int(self.query("SELECT pg_backend_pid()")[0][0])
+        try:
+            stat = Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return int(stat[1])
 
     def done(self, ids: list[str]) -> int:
         rows = self.query("SELECT count(*) FROM {p}run WHERE status = 'completed'")
@@ -139,11 +160,35 @@ class Phase:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-        import psycopg
-
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        self.query(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        self.conn.close()
         self.tmp.cleanup()
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """CPU seconds process ``pid`` has used (with ``children``: and its ended, reaped
+    children); 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = sum(int(f) for f in fields[11:15 if children else 13])  # utime stime cutime cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(postmaster: int | None) -> float:
+    """CPU seconds the PostgreSQL server has used: its postmaster, its children that ended
+    (reaped by the postmaster) and those alive now."""
+    if postmaster is None:
+        return 0.0
+    used = cpu_seconds(postmaster, children=True)
+    for child in Path("/proc").iterdir():
+        if child.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                stat = (child / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(stat[1]) == postmaster:
+                    used += cpu_seconds(int(child.name))
+    return used
 
 
 def wait_all(phase: Phase, ids: list[str], limit: float, tick: object = None) -> None:
@@ -166,6 +211,8 @@ def throughput(url: str, args: argparse.Namespace, workers: int) -> None:
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 raise SystemExit("the workers did not start")
             time.sleep(0.2)
+        postmaster = phase.postmaster()
+        before = [cpu_seconds(p.pid) for p in procs], server_cpu(postmaster)
         ids = enqueue_all(phase.root, args.runs, args.sessions, args.latency)
         most = 0
 
@@ -174,6 +221,8 @@ def throughput(url: str, args: argparse.Namespace, workers: int) -> None:
             most = max(most, phase.connections())
 
         wait_all(phase, ids, args.timeout, count_connections)
+        worker_cpu = sum(cpu_seconds(p.pid) for p in procs) - sum(before[0])
+        pg_cpu = server_cpu(postmaster) - before[1]
         calls = [c for i in range(len(ids)) for c in phase.calls(i)]
         first = min(c["at"] for c in calls if c["phase"] == "start")
         last = max(c["at"] for c in calls if c["phase"] == "committed")
@@ -185,6 +234,11 @@ def throughput(url: str, args: argparse.Namespace, workers: int) -> None:
               f"sessions/s; latency-bound ideal {workers * args.concurrency / bound:.2f} "
               f"runs/s); workers' CPU, start-up included: {cpu / len(ids):.2f} s per run; "
               f"at most {most} connections ({most / workers:.1f} per worker)")
+        sessions = len(ids) * args.sessions
+        print(f"    CPU per session: {1000 * (worker_cpu + pg_cpu) / sessions:.2f} ms "
+              f"(workers {1000 * worker_cpu / sessions:.2f}, PostgreSQL "
+              f"{1000 * pg_cpu / sessions:.2f}"
+              f"{'' if postmaster else ': not on this machine, not counted'})")
     finally:
         phase.close()
 

@@ -32,7 +32,7 @@ from openprose.engine.imports import Imported, ImportLoader, resolve
 from openprose.engine.interpreter import Interpreter, Options, RunBudget
 from openprose.engine.plan import Plan, plan
 from openprose.engine.provider import Provider, Usage
-from openprose.engine.state_journal import StateJournal, recorded_inputs
+from openprose.engine.state_journal import RENDER_INTERVAL, StateJournal, recorded_inputs
 from openprose.engine.values import Value
 from openprose.engine.work_tools import WorkSetup, default_setup
 from openprose.language import compile as compile_program
@@ -75,6 +75,9 @@ class Job:
     trace: bool = False
     #: How the run is driven, as its trace names it: run, guided or delegated.
     mode: str = "run"
+    #: Seconds at least between renders of state.md while the run goes (a worker, driving
+    #: many runs at once, renders less often than one ``prose run``).
+    render_interval: float = RENDER_INTERVAL
 
 
 @dataclass
@@ -151,7 +154,10 @@ def resume_job(run_id: str, project_root: Path, backend: str | None,
     """Prepare a resume: the run's own program copy (or an edited file) and its inputs.
     The run's driver lock is taken first (a run another process drives is refused before
     anything is read or repaired) and handed to the job, which :func:`execute` releases.
-    ``store``: the store to read the run from, closed here (None: the project's)."""
+    ``store``: the store to read the run from, handed on to the job, so that :func:`execute`
+    drives the run it read here without reading it again (and closes it); None: the
+    project's, opened and closed here."""
+    given = store
     try:
         store = store or state.open_store(project_root,
                                           backend or _find_backend(project_root, run_id))
@@ -177,14 +183,15 @@ def resume_job(run_id: str, project_root: Path, backend: str | None,
     except BaseException as err:
         if driver is not None:
             driver.release()
+        store.close()
         if isinstance(err, state.StateError):
             raise EngineError(f"cannot resume {run_id}: {err}") from err
         raise
-    finally:
+    if given is None:
         store.close()
     return Job(source=source, file=file, program=result.program, project_root=project_root,
                backend=store.kind, inputs=inputs, imports=imports, run_id=run_id,
-               driver=driver, recorded=recorded, **settings)
+               driver=driver, recorded=recorded, store=given, **settings)
 
 
 def set_budget(job: Job, max_tokens: int | None = None, max_cost: float | None = None
@@ -373,7 +380,7 @@ async def _interpret(job: Job, store: state.StateStore, run: state.Run, provider
     # A resumed run's state.md changes from its first new session or verdict on: replaying
     # finished work (and a refusal found while replaying) leaves it as it was.
     journal = StateJournal(run, getattr(provider, "record_commit", None),
-                           hold_renders=resumed)
+                           render_interval=job.render_interval, hold_renders=resumed)
     options = job.options or Options(max_concurrency=job.max_concurrency, ask=job.ask)
     if options.work is None:
         options.work = job.work or default_setup(job.project_root)

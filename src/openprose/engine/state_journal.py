@@ -25,6 +25,8 @@ from openprose.language import nodes as n
 
 # Rendering may take at most about 1/RENDER_SHARE of the run's wall time.
 RENDER_SHARE = 50
+#: Seconds at least between two renders of state.md while a run goes.
+RENDER_INTERVAL = 0.5
 # Sessions opened in one write at most: the first of many starting together need not wait
 # for the writes of all the others.
 OPEN_BATCH = 32
@@ -176,7 +178,7 @@ class Batcher(Generic[Item, Result]):
 
 class StateJournal:
     def __init__(self, run: state.Run, on_commit: Callable[[str], None] | None = None,
-                 render_interval: float = 0.5, hold_renders: bool = False) -> None:
+                 render_interval: float = RENDER_INTERVAL, hold_renders: bool = False) -> None:
         self.run = run
         #: state.md is not rendered until new work starts (see :meth:`new_work`).
         self.hold_renders = hold_renders

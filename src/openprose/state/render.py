@@ -289,8 +289,10 @@ def render_view(view: RunView, active: tuple[str, ...] = ()) -> str:
 
 
 def render_state(run: Run, snapshot: StateSnapshot) -> str:
-    """state.md of a run open in this process (``snapshot``: the engine's live statuses)."""
-    return render_view(view_of_run(run, snapshot.statuses), snapshot.active)
+    """state.md of a run this process drives (``snapshot``: the engine's live statuses). Its
+    status is the one the run holds: only its driver changes it, so nothing is read back."""
+    return render_view(view_of_run(run, snapshot.statuses, status=run.record.status,
+                                   error=run.record.error), snapshot.active)
 
 
 __all__ = ["StateSnapshot", "active_constructs", "render_state", "render_trace",

@@ -341,8 +341,8 @@ class Run:
 
     # ------------------------------------------------------------------ loading
     def _load(self) -> None:
-        self.backend.repair(self.id)
-        for entry in self.backend.read_journal(self.id):
+        journal = self.backend.repair(self.id)
+        for entry in self.backend.read_journal(self.id) if journal is None else journal:
             self._remember(entry)
         for frame in self.backend.list_frames(self.id):
             self._frames[frame.execution_id] = frame
@@ -821,6 +821,7 @@ class Run:
                 self.backend.put_frame(self.id, self._frames[frame.execution_id])
         self.backend.write_digest(self.id, self.store.digest(self, status, error))
         self.backend.update_run(self.id, status=status, error=error)
+        self.record = replace(self.record, status=status, error=error, updated=utc_now())
 
     def record_import(self, record: ImportRecord) -> None:
         """Register a program this run imports (the VM does, when the run starts)."""

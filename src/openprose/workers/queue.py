@@ -57,10 +57,29 @@ def make_app(url: str, schema: str, max_connections: int = 4) -> Any:
     import procrastinate
 
     connector = procrastinate.PsycopgConnector(
-        conninfo=url, min_size=1, max_size=max_connections,
+        conninfo=url, min_size=1, max_size=max_connections, pool_factory=_pool,
         kwargs={"options": f"-c search_path={schema}",
                 "application_name": "openprose worker queue"})
     return procrastinate.App(connector=connector)
+
+
+def _pool(**kwargs: Any) -> Any:
+    """procrastinate's pool, checking a connection it hands out only when the server has
+    sent something on it while it was idle (an idle connection the server ended has its
+    goodbye or its end waiting): procrastinate's check costs a round trip before every
+    query (fetching a job, finishing one, each heartbeat), as many as the queries."""
+    import psycopg_pool
+
+    return psycopg_pool.AsyncConnectionPool(**{**kwargs, "check": _check_if_stirred})
+
+
+async def _check_if_stirred(conn: Any) -> None:
+    import select
+
+    import psycopg_pool
+
+    if conn.closed or select.select([conn.fileno()], [], [], 0)[0]:
+        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
 
 
 def install(url: str, schema: str) -> None:

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import openprose.language.parser  # as skills below: loaded on first use, here before a run
+import openprose.language.validator  # noqa: F401
 from openprose import state
 from openprose.engine import runner
 from openprose.engine.errors import EngineError, ProviderUnavailable
@@ -41,12 +43,18 @@ from openprose.engine.provider import (
     SessionResult,
     Verdict,
 )
+from openprose.engine.skills import resolve_skills
+from openprose.engine.work_tools import default_setup
 from openprose.workers import queue as q
 
 #: How often a waiting session asks for a free slot of its provider's cap.
 SLOT_POLL_SECONDS = 0.05
 #: Seconds of silence after which a worker's record is deleted (at least).
 PRUNE_AFTER = 300.0
+#: Seconds at least between renders of a run's state.md while a worker drives it: a
+#: render costs about a session's CPU (rendering, a round trip), and a worker drives many
+#: runs at once; the run's end is always rendered.
+RENDER_INTERVAL = 2.0
 
 
 class HandedBack(EngineError):
@@ -220,7 +228,8 @@ def task(root: Path, shared: state.StateStore, slots: Slots | None) -> Callable[
 
 async def _drive(root: Path, shared: state.StateStore, slots: Slots | None,
                  run_id: str) -> str:
-    """Resume ``run_id`` from its journal and drive it; how it ended."""
+    """Resume ``run_id`` from its journal and drive it; how it ended. The run is read once
+    (``resume_job`` hands its store, the run cached in it, on to ``execute``)."""
     try:
         job = runner.resume_job(run_id, root, "postgres", store=shared.fresh())
     except EngineError as err:
@@ -240,8 +249,7 @@ async def _drive(root: Path, shared: state.StateStore, slots: Slots | None,
     except BaseException:
         _release(job)
         raise
-    job.store = shared.fresh()
-    return (await runner.execute(job, provider)).status
+    return (await runner.execute(job, provider)).status  # in the store it was read in
 
 
 T = TypeVar("T")
@@ -296,16 +304,16 @@ async def _on_own_loop(body: Coroutine[Any, Any, T], name: str) -> T:
 def _release(job: runner.Job) -> None:
     if job.driver is not None:
         job.driver.release()
+    if job.store is not None:
+        job.store.close()
 
 
 def _prepare(job: runner.Job, root: Path, slots: Slots | None) -> Provider:
     """Set ``job`` up exactly as it was queued; the provider to drive it with."""
-    from openprose.engine.skills import resolve_skills
-    from openprose.engine.work_tools import default_setup
-
     how = job.recorded
     job.settings = {key: value for key, value in how.items() if key != "backend"}
     job.max_concurrency = int(how.get("max_concurrency") or job.max_concurrency)
+    job.render_interval = RENDER_INTERVAL
     if how.get("max_tokens") or how.get("max_cost"):
         job.budget = RunBudget(how.get("max_tokens"), how.get("max_cost"))
     consent = how.get("consent") or {}

@@ -74,8 +74,11 @@ class Backend(ABC):
     def put_import(self, run_id: str, record: ImportRecord) -> None: ...
     @abstractmethod
     def list_imports(self, run_id: str) -> list[ImportRecord]: ...
-    def repair(self, run_id: str) -> None:  # noqa: B027 - optional hook
-        """Bring derived data back in line with the durable journal after a crash."""
+    def repair(self, run_id: str) -> list[JournalEntry] | None:
+        """Bring derived data back in line with the durable journal after a crash; the
+        run's journal (as :meth:`read_journal` gives it) when it was read whole for that,
+        so that loading the run need not read it again."""
+        return None
     def rebuild_run(self, run_id: str, damage: StateError) -> RunRecord:
         """A run record that cannot be read, rebuilt from what else is stored; raises
         ``damage`` when it cannot be."""

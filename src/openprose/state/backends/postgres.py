@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ ADDED_COLUMNS = (("frames", "call_key", "TEXT"),)
 
 class PostgresBackend(SqlBackend):
     """Every run in one PostgreSQL schema (default ``openprose``), through a connection pool.
-    Non-durable transactions use ``synchronous_commit = off``; tables prefixed ``x_`` are
+    Non-durable writes commit with ``synchronous_commit = off``; tables prefixed ``x_`` are
     never touched."""
 
     name = "postgres"
@@ -81,6 +83,8 @@ class PostgresBackend(SqlBackend):
             _allow_queued(conn, self.prefix)
         self._psycopg = psycopg
         self._url = url
+        self._idle_drivers: list[Any] = []  # driver lock connections holding no lock
+        self._idle_lock = threading.Lock()
 
     def q(self, sql: str) -> str:
         return super().q(sql).replace("?", "%s")
@@ -99,17 +103,17 @@ class PostgresBackend(SqlBackend):
 
     def write(self, run_id: str | None, sql: str, params: tuple[Any, ...], *, durable: bool,
               scope: str = "run") -> None:
-        # One autocommit round trip. The server's synchronous_commit stays on, so a write
-        # that need not be durable costs the same flush a durable one does; that is cheaper
-        # than the extra round trips of turning it off per transaction.
+        # One autocommit round trip; one that need not be durable turns the WAL flush off
+        # for its own transaction within the statement (see NO_FLUSH).
         with self.pool.connection() as conn:
-            conn.execute(self.q(sql), params)
+            conn.execute(self.q(sql if durable else f"WITH s0 AS ({sql}) {NO_FLUSH}"), params)
 
     def write_all(self, run_id: str, parts: list[tuple[str, list[tuple[Any, ...]]]], *,
                   durable: bool) -> None:
-        """Every statement's rows as one multi-row VALUES list, and the statements as one
-        statement of data-modifying CTEs: one round trip however many sessions start or
-        finish together. (An upsert's rows must not repeat a key.)"""
+        """Every statement's rows as one multi-row VALUES list (a statement without one, an
+        ``UPDATE``, takes one row), and the statements as one statement of data-modifying
+        CTEs: one round trip however many sessions start or finish together, without a WAL
+        flush unless ``durable``. (An upsert's rows must not repeat a key.)"""
         statements: list[str] = []
         params: list[Any] = []
         for sql, rows in parts:
@@ -121,6 +125,8 @@ class PostgresBackend(SqlBackend):
         if len(params) > MAX_PARAMETERS:
             super().write_all(run_id, parts, durable=durable)
             return
+        if not durable:
+            statements.append(NO_FLUSH)
         *first, last = statements
         ctes = ", ".join(f"s{i} AS ({sql})" for i, sql in enumerate(first))
         statement = (f"WITH {ctes} {last}" if ctes else last).replace("{p}", self.prefix)
@@ -130,17 +136,23 @@ class PostgresBackend(SqlBackend):
     def lock_driver(self, run_id: str, holder: DriverHolder) -> Callable[[], None]:
         """A session-level advisory lock on a connection of its own, held until released:
         PostgreSQL drops it when that connection ends, with the process or otherwise. Who
-        holds it is recorded in the ``driver`` table for a refused driver to read."""
+        holds it is recorded in the ``driver`` table for a refused driver to read. A released
+        lock's connection is kept for the next run's lock (a process driving runs in turn, a
+        worker, would otherwise start a server process per run)."""
         key = driver_key(self.schema, run_id)
+        for kept in (True, False):
+            conn = self._driver_connection(kept)
+            try:
+                taken = conn.execute("SELECT pg_try_advisory_lock(%s),"
+                                     " set_config('application_name', %s, false)",
+                                     (key, f"openprose driver {run_id}")).fetchone()[0]
+                break
+            except self._psycopg.OperationalError:  # a kept one the server has ended
+                conn.close()
+                if not kept:
+                    raise
         try:
-            conn = self._psycopg.connect(self._url, autocommit=True,
-                                         application_name=f"openprose driver {run_id}")
-        except self._psycopg.Error as err:
-            raise BackendUnavailable(f"cannot connect to PostgreSQL at "
-                                     f"{postgres_shown(self._url)}: "
-                                     f"{postgres_scrubbed(str(err), self._url)}") from None
-        try:
-            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+            if not taken:
 
                 def recorded() -> DriverHolder | None:
                     rows = conn.execute(self.q("SELECT pid, host, since FROM {p}driver"
@@ -161,11 +173,34 @@ class PostgresBackend(SqlBackend):
             raise
 
         def release() -> None:
+            unlocked = False
             with contextlib.suppress(self._psycopg.Error):
-                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                unlocked = conn.execute("SELECT pg_advisory_unlock(%s), set_config("
+                                        "'application_name', 'openprose driver', false)",
+                                        (key,)).fetchone()[0]
+            with self._idle_lock:
+                if unlocked and not self.pool.closed and len(self._idle_drivers) < IDLE_DRIVERS:
+                    self._idle_drivers.append(conn)  # holds no lock: the next one's
+                    return
             conn.close()
 
         return release
+
+    def _driver_connection(self, kept: bool) -> Any:
+        """A connection holding no lock: with ``kept``, one kept from a released lock when
+        there is one; else a new one."""
+        with self._idle_lock:
+            while kept and self._idle_drivers:
+                conn = self._idle_drivers.pop()
+                if not conn.closed:
+                    return conn
+        try:
+            return self._psycopg.connect(self._url, autocommit=True,
+                                         application_name="openprose driver")
+        except self._psycopg.Error as err:
+            raise BackendUnavailable(f"cannot connect to PostgreSQL at "
+                                     f"{postgres_shown(self._url)}: "
+                                     f"{postgres_scrubbed(str(err), self._url)}") from None
 
     def list_runs(self) -> list[RunRecord]:
         rows = self.fetch(None, self.RUN_COLUMNS + " WHERE position('/imports/' in id) = 0"
@@ -205,6 +240,10 @@ class PostgresBackend(SqlBackend):
                                             self.table_location(run_id, "capabilities"))
 
     def close(self) -> None:
+        with self._idle_lock:
+            idle, self._idle_drivers = self._idle_drivers, []
+        for conn in idle:
+            conn.close()
         self.pool.close()
 
 
@@ -230,6 +269,17 @@ def driver_key(schema: str, run_id: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+# The main statement of a write that need not be durable, its changes in data-modifying
+# CTEs: its transaction commits without waiting for the WAL to reach the disk (as under
+# ``SET LOCAL synchronous_commit = off``, without a transaction's extra round trips). A flush
+# costs the server several times the write itself, and the writer a disk's latency; a later
+# durable commit flushes this one too, in order. A server crash may lose such a write, never
+# a durable one after it.
+NO_FLUSH = "SELECT set_config('synchronous_commit', 'off', true)"
+
+# Driver lock connections kept idle for the next runs' locks, at most.
+IDLE_DRIVERS = 8
+
 # PostgreSQL takes at most 65,535 parameters in one statement.
 MAX_PARAMETERS = 60_000
 
@@ -239,9 +289,15 @@ def _values_group(sql: str) -> str:
     return sql[start : sql.index(")", start) + 1]
 
 
+@lru_cache(maxsize=512)  # the same few statements and sizes, several times a session
 def _numbered_values(sql: str, rows: int, first: int) -> str:
     """``INSERT ... VALUES (?,?)`` for ``rows`` rows, in PostgreSQL's numbered parameters
-    from ``$first`` on."""
+    from ``$first`` on; another statement (an ``UPDATE``) takes one row."""
+    if "VALUES (" not in sql:
+        if rows != 1:
+            raise ValueError(f"one row only, not {rows}: {sql}")
+        head, *rest = sql.split("?")
+        return head + "".join(f"${first + i}{part}" for i, part in enumerate(rest))
     group = _values_group(sql)
     width = group.count("?")
     numbered = ",".join("(" + ",".join(f"${first + row * width + column}"

@@ -312,19 +312,21 @@ class SqlBackend(Backend):
         """Where a table's rows of this run are, for error messages."""
         return f"{self.name} table {self.prefix}{table} of run {run_id}"
 
-    def repair(self, run_id: str) -> None:
+    def repair(self, run_id: str) -> list[JournalEntry]:
         """Restore binding rows deleted since their session's result was recorded: the
         result in the journal carries the value (as the filesystem backend restores a
         deleted binding file). Temp files a killed write left in the run's directory (its
-        program copy, state.md, attachments) are swept."""
+        program copy, state.md, attachments) are swept. The journal read for it is
+        returned."""
         self.files.sweep_temps(run_id)
+        journal = self.read_journal(run_id)
         results: dict[BindingRef, JournalEntry] = {}
-        for entry in self.read_journal(run_id):
+        for entry in journal:
             if entry.kind == "result" and entry.binding is not None and \
                     entry.value is not None and entry.status == "completed":
                 results[entry.binding] = entry
         if not results:
-            return
+            return journal
         present = {BindingRef(name, eid or None) for name, eid in self.fetch(
             run_id, "SELECT name, execution_id FROM {p}bindings WHERE run_id = ?", (run_id,))}
         lost = [Binding(ref.name, ref.execution_id, entry.meta.get("kind") or "let",
@@ -334,6 +336,7 @@ class SqlBackend(Backend):
             self.write_all(run_id, [(self.UPSERT_BINDING,
                                      [self._binding_row(run_id, b) for b in lost])],
                            durable=True)
+        return journal
 
     # ------------------------------------------------------------------ frames, capabilities
     def put_frame(self, run_id: str, frame: Frame) -> None:
@@ -462,16 +465,17 @@ class SqlBackend(Backend):
         return [(int(r[0]), r[1] or "") for r in rows]
 
     # ------------------------------------------------------------------ state
+    UPDATE_STATE = "UPDATE {p}run SET state_md = ? WHERE id = ?"
+    UPSERT_EXECUTION = ("INSERT INTO {p}execution (run_id, statement_index, status, metadata)"
+                        " VALUES (?,?,?,?) ON CONFLICT (run_id, statement_index) DO UPDATE SET"
+                        " status = excluded.status, metadata = excluded.metadata")
+
     def write_state(self, run_id: str, text: str, snapshot: StateSnapshot) -> None:
-        with self.tx(run_id, durable=False) as cur:
-            cur.execute(self.q("UPDATE {p}run SET state_md = ? WHERE id = ?"), (text, run_id))
-            for status in snapshot.statuses:
-                cur.execute(self.q(
-                    "INSERT INTO {p}execution (run_id, statement_index, status, metadata)"
-                    " VALUES (?,?,?,?) ON CONFLICT (run_id, statement_index) DO UPDATE SET"
-                    " status = excluded.status, metadata = excluded.metadata"),
-                    (run_id, status.line, _execution_status(status.status),
-                     json.dumps(asdict(status))))
+        """state.md and the statements' statuses in one write (one round trip on
+        PostgreSQL: it is made several times a run)."""
+        self.write_all(run_id, [(self.UPDATE_STATE, [(text, run_id)]), (self.UPSERT_EXECUTION, [
+            (run_id, status.line, _execution_status(status.status),
+             json.dumps(asdict(status))) for status in snapshot.statuses])], durable=False)
 
     def write_digest(self, run_id: str, text: str) -> None:
         """Beside the attachments (read whole, never queried); not on a machine that does
