@@ -128,3 +128,24 @@ def test_a_line_inserted_mid_text_colours_only_its_statement() -> None:
     text = text.replace("let x70 =", "let y70 =")
     assert _tokens(Document("file:///long.prose", None, text, 3, parses)) == \
         _tokens(Document("file:///long.prose", None, text, 3))
+
+
+def test_settling_after_a_compile_walks_no_old_generation() -> None:
+    """The first change after a large file is opened waited for a full collection walking
+    the whole tree the open compiled; settling collects the young generations only."""
+    import gc
+
+    from openprose.lsp.document import settle
+
+    collected: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        settle()
+    finally:
+        gc.callbacks.remove(seen)
+    assert collected and max(collected) < 2
