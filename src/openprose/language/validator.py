@@ -234,31 +234,18 @@ class Validator(NodeVisitor):
                  for name, const in self.consts.items()})
 
     def top(self, stmt: n.Node, key: object, found: dict[object, object],
-            changed: frozenset[str], read: set[str]) -> None:
-        """Check a top-level statement, or take the findings kept for its parse: the same
-        text, whose checks looked up none of the ``changed`` names (nor all of them, as a
-        "did you mean" does), finds the same (moved with the statement when there are none;
-        its messages may name lines). Kept only from where no earlier statement has bound a
-        program call's result (which the checks read)."""
-        line = stmt.span.line
+            read: set[str]) -> None:
+        """Check a top-level statement whose findings kept (see :func:`_reusable`) are not
+        its own, keeping them for its parse; kept only from where no earlier statement has
+        bound a program call's result (which the checks read)."""
         if self.call_results:
             found.pop(key, None)
             self.visit(stmt, frozenset(), False)
             return
-        kept = found.get(key)
-        if kept is not None and (kept[0] == line or not kept[1]) and (  # type: ignore[index]
-                not changed or (kept[3].isdisjoint(changed)  # type: ignore[index]
-                                and EVERY not in kept[3])):  # type: ignore[index]
-            _, diagnostics, results, _ = kept  # type: ignore[misc]
-            if diagnostics:
-                self.diagnostics.extend(diagnostics)
-            if results:
-                self.call_results.update(results)
-            return
         start = len(self.diagnostics)
         read.clear()
         self.visit(stmt, frozenset(), False)
-        found[key] = (line, tuple(self.diagnostics[start:]), tuple(self.call_results.items()),
+        found[key] = (stmt.span.line, tuple(self.diagnostics[start:]), tuple(self.call_results.items()),
                       frozenset(read))
 
     def statements(self, body: tuple[n.Node, ...], scope: frozenset[str], in_catch: bool,
@@ -269,6 +256,8 @@ class Validator(NodeVisitor):
         record the names they look up in (see :meth:`top`)."""
         lets: dict[str, n.Node] = {}
         outputs: dict[str, n.Node] = {}
+        changed, read = names
+        kept_for = found.get if found is not None else None
         for i, stmt in enumerate(body):
             if isinstance(stmt, n.Let):
                 for name in n.bound_by(stmt):
@@ -285,10 +274,21 @@ class Validator(NodeVisitor):
                     self.error("E024", f"output '{stmt.name}' is already declared on line "
                                f"{outputs[stmt.name].span.line}", stmt.span)
                 outputs[stmt.name] = stmt
-            if found is None:
+            if kept_for is None:
                 self.visit(stmt, scope, in_catch)
+                continue
+            # the findings kept, taken here without a call: most statements of a long
+            # text are unchanged, and this runs for each at every change
+            key = self.keys[i]  # type: ignore[index]
+            kept = kept_for(key)
+            if kept is not None and not self.call_results \
+                    and _reusable(kept, stmt.span.line, changed):
+                if kept[1]:  # type: ignore[index]
+                    self.diagnostics.extend(kept[1])  # type: ignore[index]
+                if kept[2]:  # type: ignore[index]
+                    self.call_results.update(kept[2])  # type: ignore[index]
             else:
-                self.top(stmt, self.keys[i], found, *names)  # type: ignore[index]
+                self.top(stmt, key, found, read)  # type: ignore[arg-type]
 
     def generic_visit(self, node: n.Node, *args: object, **kwargs: object) -> None:
         return None
@@ -803,6 +803,15 @@ class _Definitions(NodeVisitor):
 
     def generic_visit(self, node: n.Node, *args: object, **kwargs: object) -> None:
         return None
+
+
+def _reusable(kept: Any, line: int, changed: frozenset[str]) -> bool:
+    """Whether the findings ``kept`` for a statement's parse (the same text), now on
+    ``line``, are its findings: made on that line or none (moved with it; their messages
+    may name lines), and looking up none of the ``changed`` names (nor all of them, as a
+    "did you mean" does)."""
+    return (kept[0] == line or not kept[1]) and (
+        not changed or (kept[3].isdisjoint(changed) and EVERY not in kept[3]))
 
 
 def _word(value: n.Node | n.PropertyBlock) -> str | None:

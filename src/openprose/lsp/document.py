@@ -45,8 +45,6 @@ class Document:
     def __init__(self, uri: str, path: str | None, source: str, version: int | None,
                  parses: Parses | None = None) -> None:
         self.uri, self.path, self.source, self.version = uri, path, source, version
-        # spans count lines as the lexer does: after this normalization
-        self.lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         self.parses = parses
         self.result = compile(source, path, parses=parses)
         self.cut = parses.cut if parses is not None else None
@@ -67,9 +65,15 @@ class Document:
         return analyze(self.result.program, self.text)
 
     @cached_property
+    def lines(self) -> list[str]:
+        """The lines of the text (split when a position is first converted: a change
+        without diagnostics needs none)."""
+        return self.text.split("\n")
+
+    @cached_property
     def text(self) -> str:
-        """The source as the lexer reads it (line breaks normalized)."""
-        return "\n".join(self.lines)
+        """The source as the lexer reads it: spans count lines after this normalization."""
+        return self.source.replace("\r\n", "\n").replace("\r", "\n")
 
     @cached_property
     def starts(self) -> list[int]:
