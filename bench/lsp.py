@@ -139,7 +139,7 @@ def in_process(text: str, runs: int, kinds: list[str]
                ) -> dict[str, list[tuple[float, float]]]:
     parses = Parses()
     Document(URI, None, text, 0, parses).diagnostics()  # the file opened
-    settle()
+    settle(opened=True)
     version, times = 0, {}
     for what, edit in EDITS.items():
         if not any(kind in what for kind in kinds):

@@ -130,22 +130,27 @@ def test_a_line_inserted_mid_text_colours_only_its_statement() -> None:
         _tokens(Document("file:///long.prose", None, text, 3))
 
 
-def test_settling_after_a_compile_walks_no_old_generation() -> None:
+def test_settling_after_an_open_walks_no_old_generation() -> None:
     """The first change after a large file is opened waited for a full collection walking
-    the whole tree the open compiled; settling collects the young generations only."""
+    the whole tree the open compiled; settling after an open collects the young generations
+    only, after a change all of them (what a change leaves in cycles is freed)."""
     import gc
 
     from openprose.lsp.document import settle
 
-    collected: list[int] = []
+    def generations(opened: bool) -> list[int]:
+        collected: list[int] = []
 
-    def seen(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            collected.append(info["generation"])
+        def seen(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                collected.append(info["generation"])
 
-    gc.callbacks.append(seen)
-    try:
-        settle()
-    finally:
-        gc.callbacks.remove(seen)
-    assert collected and max(collected) < 2
+        gc.callbacks.append(seen)
+        try:
+            settle(opened)
+        finally:
+            gc.callbacks.remove(seen)
+        return collected
+
+    assert max(generations(True)) < 2
+    assert max(generations(False)) == 2

@@ -48,11 +48,11 @@ class ProseLanguageServer(LanguageServer):
             self.parsed[uri] = doc
         return doc
 
-    def publish(self, uri: str) -> None:
+    def publish(self, uri: str, opened: bool = False) -> None:
         doc = self.document(uri)
         self.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
             uri, doc.diagnostics(), version=doc.version))
-        settle()
+        settle(opened)
 
     def last_parsed(self, doc: Document) -> Document | None:
         """``doc``, else the last version of it that could be parsed."""
@@ -97,7 +97,7 @@ server = ProseLanguageServer()
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: ProseLanguageServer, params: lsp.DidOpenTextDocumentParams) -> None:
-    guarded(lambda: ls.publish(params.text_document.uri), None)
+    guarded(lambda: ls.publish(params.text_document.uri, opened=True), None)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
