@@ -63,11 +63,16 @@ def test_runs_lists_runs_newest_first_with_sessions_and_tokens(project: Project)
     assert listed.exit_code == 0, listed.output
     fits(listed.stdout)
     lines = listed.stdout.splitlines()
-    assert [line.split()[0] for line in lines if line[:2] == "20"] == sorted(
-        [first, second], reverse=True)
     as_json = json.loads(project.prose("runs", "--json", "--project",
                                        str(project.root)).stdout)["runs"]
     by_id = {row["run_id"]: row for row in as_json}
+    # newest first: by start (to the second), then by id (the id's own second can be the
+    # one before its start's, so ids alone do not give the order)
+    assert by_id[first]["started"] <= by_id[second]["started"]
+    newest_first = sorted([first, second], reverse=True,
+                          key=lambda run: (by_id[run]["started"], run))
+    assert [line.split()[0] for line in lines if line[:2] == "20"] == newest_first
+    assert [row["run_id"] for row in as_json] == newest_first
     assert by_id[first]["status"] == "completed" and by_id[first]["sessions"] == 5
     assert by_id[first]["tokens"] > 0 and by_id[first]["backend"] == project.backend
     assert by_id[second]["status"] == "failed" and by_id[second]["sessions"] == 1
