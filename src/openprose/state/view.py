@@ -458,9 +458,7 @@ def digest(run: Run, status: str, error: str | None) -> str:
     driver as the run ends, from what it holds in memory; no value is in it."""
     entries = run_journal(run.store, run.id, run.step_entries())
     steps = build_steps(entries, run.program_source, False, enclosing=False)
-    order = lambda s: (s.started_at or 0.0, s.key)  # noqa: E731
-    steps = sorted((s for s in steps if s.kind == "session"), key=order) + \
-        sorted((s for s in steps if s.kind != "session"), key=order)
+    steps.sort(key=lambda s: (s.kind != "session", s.started_at or 0.0, s.key))
     tools = run.tool_calls()
     left = _attach_tools(steps, tools)
     usage = usage_of(entries)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,6 @@ def _pool(**kwargs: Any) -> Any:
 
 
 async def _check_if_stirred(conn: Any) -> None:
-    import select
-
     import psycopg_pool
 
     if conn.closed or select.select([conn.fileno()], [], [], 0)[0]:
