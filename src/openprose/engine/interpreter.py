@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,6 +52,34 @@ from openprose.language import nodes as n
 from openprose.language import paths
 from openprose.language.analysis import Analysis, NodeVisitor, analyze
 
+#: Turns of the event loop at most that :func:`after_ready_work` gives way for.
+READY_TURNS = 8
+
+
+def nothing_ready() -> bool:
+    """Whether the running event loop has nothing ready to run besides the caller: no task
+    can move until an answer, I/O or a timer comes, so waiting more turns changes nothing.
+    False when the loop does not say (asyncio's own loop keeps a ready queue)."""
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    return ready is not None and not ready
+
+
+async def one_turn() -> None:
+    """A turn of the event loop for whoever shares it."""
+    await asyncio.sleep(0)
+
+
+async def after_ready_work() -> None:
+    """Turns of the event loop until nothing else is ready (at most :data:`READY_TURNS`):
+    in a server, the reply to the call that let the engine go on (a host's write_binding,
+    answered once the session's commit is durable) reaches the transport before the engine
+    sets up its next statement, instead of waiting for it. Only the order changes: a host's
+    next call waits for what it needs (next_step for the item to be pending)."""
+    for _ in range(READY_TURNS):
+        await asyncio.sleep(0)
+        if nothing_ready():
+            return
+
 
 @dataclass(slots=True)
 class Options:
@@ -68,6 +96,10 @@ class Options:
     work: WorkSetup | None = None
     #: The run's token and cost limits (``None``: none).
     budget: RunBudget | None = None
+    #: What each statement awaits first: a turn of the event loop for whoever shares it (a
+    #: program that only computes awaits nothing else, and would hold the loop until it
+    #: ended); :func:`after_ready_work` in a server.
+    turn: Callable[[], Awaitable[None]] = one_turn
 
 
 @dataclass(slots=True)
@@ -197,9 +229,7 @@ class Interpreter(NodeVisitor):
         self.emit("statement", ctx.path, node,
                   type(node.expr if isinstance(node, n.ExprStmt) else node).__name__)
         failure = ""
-        # A turn of the event loop for whoever shares it (an MCP server's other clients): a
-        # program that only computes awaits nothing else, and held the loop until it ended.
-        await asyncio.sleep(0)
+        await self.options.turn()
         try:
             return await self.visit(node, ctx, target)
         except ProgramError as err:

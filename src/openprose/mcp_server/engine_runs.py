@@ -18,6 +18,7 @@ from typing import Any
 
 from openprose.engine import EngineError, Options, Provider, runner
 from openprose.engine.events import Event
+from openprose.engine.interpreter import after_ready_work
 from openprose.engine.permissions import Consent, ConsentRequest
 from openprose.engine.work_tools import default_setup
 from openprose.mcp_server.guided import HostProvider
@@ -147,7 +148,8 @@ class EngineRun:
 def prepare(run_id: str, project_root: Path, backend: str, max_concurrency: int) -> runner.Job:
     """The engine's job for an existing run: its stored program, recorded inputs, imports."""
     return runner.resume_job(run_id, project_root, backend,
-                             options=Options(max_concurrency=max_concurrency))
+                             options=Options(max_concurrency=max_concurrency,
+                                             turn=after_ready_work))
 
 
 class EngineRuns:

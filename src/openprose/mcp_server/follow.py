@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from openprose.engine import EngineError, Interpreter, Options, ProgramError, Usage
 from openprose.engine.events import Event, Listener
+from openprose.engine.interpreter import nothing_ready
 from openprose.engine.journal import Recorded, SessionSpec
 from openprose.engine.values import Value, to_text
 from openprose.errors import OpenProseError
@@ -31,7 +32,6 @@ from openprose.mcp_server.guided import (
     ItemRefused,
     JudgmentItem,
     SessionItem,
-    nothing_ready,
 )
 from openprose.mcp_server.refusal import Refusal
 from openprose.state import BindingRef

@@ -36,6 +36,7 @@ from openprose.engine import (
 )
 from openprose.engine.briefs import Brief, brief_of
 from openprose.engine.events import Event
+from openprose.engine.interpreter import nothing_ready
 from openprose.errors import OpenProseError
 
 SESSION_PREFIX = "gs_"
@@ -51,14 +52,6 @@ _SETTLING = frozenset({"session_end", "session_retry", "session_failed", "verdic
 def is_guided_token(token: str) -> bool:
     """True for a token a guided run issued (this server process or an earlier one)."""
     return token.startswith((SESSION_PREFIX, JUDGMENT_PREFIX))
-
-
-def nothing_ready() -> bool:
-    """Whether the running event loop has nothing ready to run besides the caller: no task
-    can move until an answer, I/O or a timer comes, so waiting more turns changes nothing.
-    False when the loop does not say (asyncio's own loop keeps a ready queue)."""
-    ready = getattr(asyncio.get_running_loop(), "_ready", None)
-    return ready is not None and not ready
 
 
 class ItemRefused(OpenProseError):
