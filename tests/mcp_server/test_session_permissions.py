@@ -6,6 +6,7 @@ has no such line (the documented defaults apply)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,40 @@ def test_a_guided_sessions_brief_names_its_permissions(tmp_path: Path) -> None:
     plain, docs = asyncio.run(drive())
     assert plain.permissions is None
     assert docs.permissions == PERMISSIONS
+
+
+def _grant_lines(root: Path) -> list[dict]:
+    """The grant records of the one run's capabilities.jsonl (not its ends or blocks)."""
+    (log,) = (root / ".prose" / "runs").glob("*/capabilities.jsonl")
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return [r for r in records if "hash" in r and set(r) != {"hash", "alive"}]
+
+
+def test_a_guided_sessions_grant_records_its_item_token_in_the_same_write(
+        tmp_path: Path) -> None:
+    """The token a host knows a guided session by is hashed into the session's grant when
+    the grant is written: one grant line per session, not a second one tagging it (it was
+    a write of its own per statement); a retry's attempt gets a new token, which the host's
+    hook finds as well."""
+    source = 'let draft = session "Write the draft"\n  retry: 1\n'
+    provider = HostProvider()
+    job = runner.Job(source=source, file="p.prose", program=compile_or_raise(source, "p.prose"),
+                     project_root=tmp_path, options=Options())
+
+    async def drive() -> tuple[list[dict], bool, bool]:
+        task = asyncio.create_task(runner.execute(job, provider, provider.observe))
+        (first,) = await provider.wait_for_items(5)
+        lines = _grant_lines(tmp_path)
+        with open_store(tmp_path, "filesystem") as store:
+            first_found = store.host_grant(first.token) is not None
+        await provider.fail_session(first.token, "try again")
+        (second,) = [i for i in await provider.wait_for_items(5) if i.token != first.token]
+        with open_store(tmp_path, "filesystem") as store:
+            second_found = store.host_grant(second.token) is not None
+        await provider.complete_session(second.token, "done")
+        await task
+        return lines, first_found, second_found
+
+    lines, first_found, second_found = asyncio.run(drive())
+    assert len(lines) == 1 and "host_token" in lines[0]["work"]
+    assert first_found and second_found

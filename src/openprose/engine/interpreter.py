@@ -459,10 +459,11 @@ class Interpreter(NodeVisitor):
             if over is not None:
                 raise BudgetExhausted(f"budget reached: {over}; no new session was started")
         permissions = self.permissions(node, ctx)
+        token = self.provider.issue_token()
         spec = SessionSpec(ctx.path, digest, name, kind, ctx.execution_id, self.source_of(node),
                            node.span.line, refs, node.agent if persist else None, persist,
                            tuple(items), grant_fields(node.agent, permissions, ctx.path,
-                                                      node.span.line, merged.model))
+                                                      node.span.line, merged.model), token)
         self.emit("session_opening", ctx.path, node)
         try:
             handle = await self.open_session(spec)
@@ -481,7 +482,8 @@ class Interpreter(NodeVisitor):
                     key=ctx.path, prompt=prompt, system=system, model=merged.model,
                     agent=node.agent, binding=name, context=tuple(items), memory=memory,
                     persistent=persist is not None, skills=merged.skills, attempt=attempt,
-                    permissions=permissions, work=work, failures=tuple(failures))
+                    permissions=permissions, work=work, failures=tuple(failures),
+                    host_token=token if attempt == 1 else None)
                 try:
                     async with self.semaphore:
                         self.emit("session_call", ctx.path, node, f"attempt {attempt}")

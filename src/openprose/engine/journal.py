@@ -34,6 +34,8 @@ class SessionSpec:
     items: tuple[ContextItem, ...] = ()
     #: The session's agent and permissions, recorded with its grant (for hosts' hooks).
     work: dict[str, Any] | None = None
+    #: The token the provider's host will know the first attempt by, recorded with the grant.
+    host_token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

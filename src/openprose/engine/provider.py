@@ -57,6 +57,9 @@ class SessionRequest:
     work: WorkTools | None = field(default=None, compare=False, repr=False)
     #: Why each earlier attempt of this session failed, oldest first.
     failures: tuple[str, ...] = ()
+    #: The attempt's token from :meth:`Provider.issue_token`, already recorded with the
+    #: session's grant (``None``: none was drawn, or a retry needs a new one).
+    host_token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,12 @@ class Provider(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most providers hold nothing
         """Release network clients and files."""
+
+    def issue_token(self) -> str | None:
+        """The token a host will know the next session by, drawn before the session opens
+        so that its grant records it in the same write (``None``: this provider's sessions
+        need none). The session's first attempt gets it as ``SessionRequest.host_token``."""
+        return None
 
 
 # Context handed over by value: short values verbatim (the seed's 2,000-character line); longer

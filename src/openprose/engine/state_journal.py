@@ -235,7 +235,7 @@ class StateJournal:
             starts.append(state.SessionStart(
                 spec.key, spec.input_hash, state.BindingRef(name, spec.execution_id), kind,
                 spec.source, tuple(state.BindingRef(c, eid) for c, eid in spec.context), agent,
-                {"line": spec.line}, spec.work))
+                {"line": spec.line}, spec.work, spec.host_token))
         opened: list[_OpenSession | Exception] = []
         for spec, grant in zip(specs, self.run.start_sessions(starts), strict=True):
             if isinstance(grant, Exception):

@@ -153,11 +153,16 @@ class HostProvider(Provider):
 
     # ----------------------------------------------------------------------- engine side
 
+    def issue_token(self) -> str:
+        return SESSION_PREFIX + secrets.token_urlsafe(12)
+
     async def run_session(self, request: SessionRequest, io: SessionIO) -> SessionResult:
-        token = SESSION_PREFIX + secrets.token_urlsafe(12)
-        tag = getattr(io, "tag", None)  # the run's state notes it for the host's hook,
-        if tag is not None:             # before the host can hand it to a subagent
-            tag(token)
+        token = request.host_token
+        if token is None:  # a retry's attempt: a new token, noted with the grant for the
+            token = self.issue_token()  # host's hook before the host can hand it on
+            tag = getattr(io, "tag", None)
+            if tag is not None:
+                tag(token)
         item = SessionItem(token, request, io, brief_of(request, self.run_label),
                            asyncio.get_running_loop().create_future())
         return await self._wait(item)

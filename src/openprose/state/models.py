@@ -135,6 +135,9 @@ class SessionStart:
     meta: dict[str, Any] | None = None
     #: Kept with the grant: the session's agent and permissions (a host's hook reads them).
     work: dict[str, Any] | None = None
+    #: The token a host knows this session by (a guided run's item token), kept hashed with
+    #: the grant in the same write (:meth:`Run.tag_grant` notes one given later).
+    host_token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

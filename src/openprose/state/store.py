@@ -250,8 +250,9 @@ class StateStore:
         return self.grant(_hash(token), fresh=True)
 
     def host_grant(self, host_token: str) -> tuple[str, dict[str, Any]] | None:
-        """The live grant a host's own session token (a guided run's) was tagged with
-        (:meth:`Run.tag_grant`), searched in the running runs without opening them."""
+        """The live grant a host's own session token (a guided run's) is recorded with (in
+        the grant's own write, or by :meth:`Run.tag_grant` for a retry's), searched in the
+        running runs without opening them."""
         wanted = _hash(host_token)
         for record in self.backend.list_runs():
             if record.status != "running":
@@ -521,9 +522,10 @@ class Run:
         prepared: list[tuple[SessionStart, str, dict[str, Any]] | StateError] = []
         for start in starts:
             try:
+                work = start.work if start.host_token is None else \
+                    {**(start.work or {}), "host_token": _hash(start.host_token)}
                 prepared.append((start, *self._new_grant(start.binding, start.kind, start.source,
-                                                         start.context, start.agent,
-                                                         start.work)))
+                                                         start.context, start.agent, work)))
             except StateError as err:
                 prepared.append(err)
         ok = [item for item in prepared if not isinstance(item, StateError)]
@@ -568,7 +570,9 @@ class Run:
 
     def tag_grant(self, token: str, host_token: str) -> None:
         """Record with a live session's grant the token a host knows it by (a guided run's
-        item token), hashed, so the host's hook can find the session's permissions."""
+        item token), hashed, so the host's hook can find the session's permissions: for a
+        token drawn after the grant was written (a retry's attempt; the first attempt's is
+        written with the grant, see :attr:`SessionStart.host_token`)."""
         found = self.store.grant(_hash(token))
         if found is None or found[0] != self.id or not found[1].get("alive"):
             return
