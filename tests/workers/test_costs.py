@@ -32,13 +32,24 @@ def root(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterat
                             "latency: 0\ndefault_output: ok\n", "postgres", monkeypatch)
 
 
-def queued(root: Path) -> str:
-    compiled = compile_program(PROGRAM, "p.prose").program
+def queued(root: Path, source: str = PROGRAM) -> str:
+    compiled = compile_program(source, "p.prose").program
     assert compiled is not None
-    job = runner.Job(source=PROGRAM, file="p.prose", program=compiled, project_root=root,
+    job = runner.Job(source=source, file="p.prose", program=compiled, project_root=root,
                      backend="postgres")
     job.settings = {"provider": "scripted", "script": str(root / "s.yaml")}
     return q.enqueue(job, Grants())[0]
+
+
+def sessions(count: int) -> str:
+    """A program of ``count`` sessions, one after another."""
+    return "".join(f'let s{i} = session "step {i}"\n' for i in range(count - 1)) + \
+        'output o = session "last"\n'
+
+
+def drive(root: Path, shared: state.StateStore, run_id: str) -> None:
+    """Drive ``run_id`` as a worker does, in the worker's ``shared`` store."""
+    assert asyncio.run(worker.task(root.resolve(), shared, None)(None, run_id)) == "completed"
 
 
 def test_a_claimed_run_is_read_once(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,6 +106,52 @@ def test_a_render_of_state_is_one_round_trip(root: Path, monkeypatch: pytest.Mon
         rows = store.backend.fetch(run.id, "SELECT statement_index, status FROM"
                                    " {p}execution WHERE run_id = ? ORDER BY 1", (run.id,))
     assert rows == [(1, "completed"), (2, "completed")]
+
+
+def test_round_trips_per_session_and_per_run(root: Path, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    """A worker's run costs its store two round trips a session (its intent, its commit)
+    and 13 more: reading and locking the run (7), marking it running, its first state.md,
+    looking for imported runs' journals for the digest, its end (the status with its last
+    state.md, one write) and the lock's release. (Renders between are held off here: they
+    come with time, every RENDER_INTERVAL.)"""
+    import psycopg
+
+    monkeypatch.setattr(worker, "RENDER_INTERVAL", 1e9)
+    ids = {count: queued(root, sessions(count)) for count in (1, 4)}
+    with state.open_store(root, "postgres") as shared:
+        drive(root, shared, queued(root))  # the pool's connections open, caches fill
+        counted, trips = round_trips(monkeypatch, psycopg), {}
+        for count, run_id in ids.items():
+            before = counted[0]
+            drive(root, shared, run_id)
+            trips[count] = counted[0] - before
+    assert (trips[4] - trips[1]) / 3 == 2
+    assert trips[1] - 2 == 13
+
+
+def test_the_call_log_is_opened_once_a_run(root: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """The scripted provider's call log (three lines a session) is opened and checked once,
+    then appended to, until the run ends."""
+    import os
+
+    (root / "s.yaml").write_text("latency: 0\ndefault_output: ok\ncall_log: calls.jsonl\n")
+    run_id = queued(root, sessions(3))
+    opened: list[str] = []
+    real_open = os.open
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith("calls.jsonl"):
+            opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counted)
+    with state.open_store(root, "postgres") as shared:
+        drive(root, shared, run_id)
+    lines = (root / "calls.jsonl").read_text().splitlines()
+    assert len(lines) == 9  # start, end, committed: three sessions
+    assert len(opened) == 1
 
 
 def round_trips(monkeypatch: pytest.MonkeyPatch, psycopg: Any) -> list[int]:
