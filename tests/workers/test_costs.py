@@ -154,6 +154,18 @@ def test_the_call_log_is_opened_once_a_run(root: Path, monkeypatch: pytest.Monke
     assert len(opened) == 1
 
 
+def test_a_statement_is_prepared_on_its_second_use(root: Path) -> None:
+    """A run's reads (once a run, spread over the pool's connections) are planned once per
+    connection, not at each use until psycopg's default sixth."""
+    run_id = queued(root)
+    with state.open_store(root, "postgres") as store:
+        for _ in range(2):  # one after another: on the pool's one connection
+            store.backend.load_run(run_id)
+        prepared = [text for (text,) in store.backend.fetch(
+            None, "SELECT statement FROM pg_prepared_statements")]
+    assert any("FROM" in text and "run WHERE id" in text for text in prepared), prepared
+
+
 def round_trips(monkeypatch: pytest.MonkeyPatch, psycopg: Any) -> list[int]:
     """A count, from now on, of the statements this process sends (a transaction's BEGIN
     and COMMIT count too)."""
