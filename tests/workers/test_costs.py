@@ -111,7 +111,7 @@ def test_a_render_of_state_is_one_round_trip(root: Path, monkeypatch: pytest.Mon
 def test_round_trips_per_session_and_per_run(root: Path, monkeypatch: pytest.MonkeyPatch
                                              ) -> None:
     """A worker's run costs its store two round trips a session (its intent, its commit)
-    and 13 more: reading and locking the run (7), marking it running, its first state.md,
+    and 12 more: reading and locking the run (6), marking it running, its first state.md,
     looking for imported runs' journals for the digest, its end (the status with its last
     state.md, one write) and the lock's release. (Renders between are held off here: they
     come with time, every RENDER_INTERVAL.)"""
@@ -127,7 +127,7 @@ def test_round_trips_per_session_and_per_run(root: Path, monkeypatch: pytest.Mon
             drive(root, shared, run_id)
             trips[count] = counted[0] - before
     assert (trips[4] - trips[1]) / 3 == 2
-    assert trips[1] - 2 == 13
+    assert trips[1] - 2 == 12
 
 
 def test_the_call_log_is_opened_once_a_run(root: Path, monkeypatch: pytest.MonkeyPatch

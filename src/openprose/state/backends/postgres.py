@@ -141,17 +141,20 @@ class PostgresBackend(SqlBackend):
         lock's connection is kept for the next run's lock (a process driving runs in turn, a
         worker, would otherwise start a server process per run)."""
         key = driver_key(self.schema, run_id)
+        row = (run_id, holder.pid, holder.host, holder.since)
         for kept in (True, False):
             conn = self._driver_connection(kept)
-            try:
-                taken = conn.execute("SELECT pg_try_advisory_lock(%s),"
-                                     " set_config('application_name', %s, false)",
-                                     (key, f"openprose driver {run_id}")).fetchone()[0]
+            try:  # taken, and then its holder recorded: one round trip
+                taken = conn.execute(self.q(LOCK_DRIVER), (
+                    key, f"openprose driver {run_id}", *row)).fetchone()[0]
                 break
             except self._psycopg.OperationalError:  # a kept one the server has ended
                 conn.close()
                 if not kept:
                     raise
+            except BaseException:  # a session lock outlives a failed statement
+                conn.close()
+                raise
         try:
             if not taken:
 
@@ -164,11 +167,7 @@ class PostgresBackend(SqlBackend):
                 if found is None or not _ended_here(found) or \
                         not _after_backend_ends(conn, key, run_id, found, recorded):
                     raise RunLocked(run_id, recorded())
-            conn.execute(self.q("INSERT INTO {p}driver (run_id, pid, host, since)"
-                                " VALUES (?,?,?,?) ON CONFLICT (run_id) DO UPDATE SET"
-                                " pid = excluded.pid, host = excluded.host,"
-                                " since = excluded.since"),
-                         (run_id, holder.pid, holder.host, holder.since))
+                conn.execute(self.q(UPSERT_DRIVER), row)
         except BaseException:
             conn.close()
             raise
@@ -263,6 +262,14 @@ def _allow_queued(conn: Any, prefix: str) -> None:
 # Who holds each run's driver lock (PostgreSQL only: the lock itself is advisory).
 DRIVER_TABLE = ("CREATE TABLE IF NOT EXISTS {p}driver (run_id TEXT PRIMARY KEY,"
                 " pid INTEGER NOT NULL, host TEXT NOT NULL, since TEXT NOT NULL)")
+_NEW_HOLDER = (" ON CONFLICT (run_id) DO UPDATE SET pid = excluded.pid, host = excluded.host,"
+               " since = excluded.since")
+UPSERT_DRIVER = "INSERT INTO {p}driver (run_id, pid, host, since) VALUES (?,?,?,?)" + _NEW_HOLDER
+# A run's driver lock tried, and when taken its holder recorded, in one statement.
+LOCK_DRIVER = ("WITH lock AS (SELECT pg_try_advisory_lock(?) AS taken,"
+               " set_config('application_name', ?, false)), holder AS ("
+               "INSERT INTO {p}driver (run_id, pid, host, since) SELECT ?, ?, ?, ? FROM lock"
+               " WHERE lock.taken" + _NEW_HOLDER + ") SELECT taken FROM lock")
 
 
 def driver_key(schema: str, run_id: str) -> int:
