@@ -240,3 +240,51 @@ def test_a_worker_renders_state_less_often(root: Path, monkeypatch: pytest.Monke
         shared.close()
     assert intervals and set(intervals) == {worker.RENDER_INTERVAL}
     assert worker.RENDER_INTERVAL > state_journal.RENDER_INTERVAL
+
+
+def test_a_worker_not_sweeping_waits_for_the_lock_without_asking(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While another worker sweeps, a worker waits for the sweeper's lock on the server (one
+    statement, granted when the holder lets go or its connection ends) rather than asking
+    again every heartbeat; then it sweeps."""
+    import time
+    from types import SimpleNamespace
+
+    import psycopg
+
+    url, schema = q.connection(root)
+    queue = q.queue_name(schema, "default")
+    count = [0]
+    execute = psycopg.AsyncCursor.execute
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return await execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted)
+
+    async def go() -> None:
+        swept = asyncio.Event()
+
+        async def stalled_jobs(**_: Any) -> list[Any]:
+            swept.set()
+            return []
+
+        app = SimpleNamespace(job_manager=SimpleNamespace(get_stalled_jobs=stalled_jobs))
+        holder = psycopg.connect(url, autocommit=True)
+        holder.execute("SELECT pg_advisory_lock(%s)", (worker._key("sweeper", schema, queue),))
+        sweeper = asyncio.create_task(worker._sweep(app, url, schema, queue, 0.01, 5))
+        deadline = time.monotonic() + 60  # a bound for the failure, not a timing
+        while not holder.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = 'openprose worker"
+                " sweeper' AND wait_event_type = 'Lock'").fetchone():
+            assert time.monotonic() < deadline, "the sweeper never waited for the lock"
+            await asyncio.sleep(0.01)
+        assert count[0] == 1 and not swept.is_set()
+        holder.close()  # the lock goes with the holder's connection
+        await asyncio.wait_for(swept.wait(), 60)
+        sweeper.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sweeper
+
+    asyncio.run(go())
