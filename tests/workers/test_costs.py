@@ -244,9 +244,10 @@ def test_a_worker_renders_state_less_often(root: Path, monkeypatch: pytest.Monke
 
 def test_a_worker_not_sweeping_waits_for_the_lock_without_asking(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While another worker sweeps, a worker waits for the sweeper's lock on the server (one
-    statement, granted when the holder lets go or its connection ends) rather than asking
-    again every heartbeat; then it sweeps."""
+    """While another worker sweeps, a worker waits for the sweeper's lock on the server
+    (asked once, granted when the holder lets go or its connection ends) rather than asking
+    again every heartbeat; then it sweeps. A server's statement and lock timeouts, which
+    would end the wait, are off on its connection."""
     import time
     from types import SimpleNamespace
 
@@ -262,6 +263,7 @@ def test_a_worker_not_sweeping_waits_for_the_lock_without_asking(
         return await execute(self, *args, **kwargs)
 
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted)
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=50ms -c statement_timeout=50ms")
 
     async def go() -> None:
         swept = asyncio.Event()
@@ -280,7 +282,7 @@ def test_a_worker_not_sweeping_waits_for_the_lock_without_asking(
                 " sweeper' AND wait_event_type = 'Lock'").fetchone():
             assert time.monotonic() < deadline, "the sweeper never waited for the lock"
             await asyncio.sleep(0.01)
-        assert count[0] == 1 and not swept.is_set()
+        assert count[0] == 2 and not swept.is_set()  # the timeouts off, the lock asked
         holder.close()  # the lock goes with the holder's connection
         await asyncio.wait_for(swept.wait(), 60)
         sweeper.cancel()

@@ -342,7 +342,8 @@ async def _sweep(app: Any, url: str, schema: str, queue: str, every: float,
 
     conn = await psycopg.AsyncConnection.connect(url, autocommit=True,
                                                  application_name="openprose worker sweeper")
-    try:
+    try:  # a server's (or role's) timeouts must not end the wait
+        await conn.execute("SET statement_timeout = 0; SET lock_timeout = 0")
         await conn.execute("SELECT pg_advisory_lock(%s)", (_key("sweeper", schema, queue),))
         while True:
             for stalled in await app.job_manager.get_stalled_jobs(
