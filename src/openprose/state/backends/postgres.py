@@ -289,7 +289,7 @@ NO_FLUSH = "SELECT set_config('synchronous_commit', 'off', true)"
 # A statement is prepared (planned once per connection) from its second execution on a
 # connection, not psycopg's default sixth: a worker's per-run statements (reading a run,
 # locking it, ending it) run once a run, spread over the pool's connections, so at the
-# default most of them were planned anew each time, a fifth of the server's CPU per run.
+# default most of them were planned anew each time.
 PREPARE_THRESHOLD = 1
 
 # Driver lock connections kept idle for the next runs' locks, at most.
