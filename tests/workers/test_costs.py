@@ -32,13 +32,24 @@ def root(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterat
                             "latency: 0\ndefault_output: ok\n", "postgres", monkeypatch)
 
 
-def queued(root: Path) -> str:
-    compiled = compile_program(PROGRAM, "p.prose").program
+def queued(root: Path, source: str = PROGRAM) -> str:
+    compiled = compile_program(source, "p.prose").program
     assert compiled is not None
-    job = runner.Job(source=PROGRAM, file="p.prose", program=compiled, project_root=root,
+    job = runner.Job(source=source, file="p.prose", program=compiled, project_root=root,
                      backend="postgres")
     job.settings = {"provider": "scripted", "script": str(root / "s.yaml")}
     return q.enqueue(job, Grants())[0]
+
+
+def sessions(count: int) -> str:
+    """A program of ``count`` sessions, one after another."""
+    return "".join(f'let s{i} = session "step {i}"\n' for i in range(count - 1)) + \
+        'output o = session "last"\n'
+
+
+def drive(root: Path, shared: state.StateStore, run_id: str) -> None:
+    """Drive ``run_id`` as a worker does, in the worker's ``shared`` store."""
+    assert asyncio.run(worker.task(root.resolve(), shared, None)(None, run_id)) == "completed"
 
 
 def test_a_claimed_run_is_read_once(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,6 +106,64 @@ def test_a_render_of_state_is_one_round_trip(root: Path, monkeypatch: pytest.Mon
         rows = store.backend.fetch(run.id, "SELECT statement_index, status FROM"
                                    " {p}execution WHERE run_id = ? ORDER BY 1", (run.id,))
     assert rows == [(1, "completed"), (2, "completed")]
+
+
+def test_round_trips_per_session_and_per_run(root: Path, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    """A worker's run costs its store two round trips a session (its intent, its commit)
+    and 12 more: reading and locking the run (6), marking it running, its first state.md,
+    looking for imported runs' journals for the digest, its end (the status with its last
+    state.md, one write) and the lock's release. (Renders between are held off here: they
+    come with time, every RENDER_INTERVAL.)"""
+    import psycopg
+
+    monkeypatch.setattr(worker, "RENDER_INTERVAL", 1e9)
+    ids = {count: queued(root, sessions(count)) for count in (1, 4)}
+    with state.open_store(root, "postgres") as shared:
+        drive(root, shared, queued(root))  # the pool's connections open, caches fill
+        counted, trips = round_trips(monkeypatch, psycopg), {}
+        for count, run_id in ids.items():
+            before = counted[0]
+            drive(root, shared, run_id)
+            trips[count] = counted[0] - before
+    assert (trips[4] - trips[1]) / 3 == 2
+    assert trips[1] - 2 == 12
+
+
+def test_the_call_log_is_opened_once_a_run(root: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """The scripted provider's call log (three lines a session) is opened and checked once,
+    then appended to, until the run ends."""
+    import os
+
+    (root / "s.yaml").write_text("latency: 0\ndefault_output: ok\ncall_log: calls.jsonl\n")
+    run_id = queued(root, sessions(3))
+    opened: list[str] = []
+    real_open = os.open
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith("calls.jsonl"):
+            opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counted)
+    with state.open_store(root, "postgres") as shared:
+        drive(root, shared, run_id)
+    lines = (root / "calls.jsonl").read_text().splitlines()
+    assert len(lines) == 9  # start, end, committed: three sessions
+    assert len(opened) == 1
+
+
+def test_a_statement_is_prepared_on_its_second_use(root: Path) -> None:
+    """A run's reads (once a run, spread over the pool's connections) are planned once per
+    connection, not at each use until psycopg's default sixth."""
+    run_id = queued(root)
+    with state.open_store(root, "postgres") as store:
+        for _ in range(2):  # one after another: on the pool's one connection
+            store.backend.load_run(run_id)
+        prepared = [text for (text,) in store.backend.fetch(
+            None, "SELECT statement FROM pg_prepared_statements")]
+    assert any("FROM" in text and "run WHERE id" in text for text in prepared), prepared
 
 
 def round_trips(monkeypatch: pytest.MonkeyPatch, psycopg: Any) -> list[int]:
@@ -171,3 +240,53 @@ def test_a_worker_renders_state_less_often(root: Path, monkeypatch: pytest.Monke
         shared.close()
     assert intervals and set(intervals) == {worker.RENDER_INTERVAL}
     assert worker.RENDER_INTERVAL > state_journal.RENDER_INTERVAL
+
+
+def test_a_worker_not_sweeping_waits_for_the_lock_without_asking(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While another worker sweeps, a worker waits for the sweeper's lock on the server
+    (asked once, granted when the holder lets go or its connection ends) rather than asking
+    again every heartbeat; then it sweeps. A server's statement and lock timeouts, which
+    would end the wait, are off on its connection."""
+    import time
+    from types import SimpleNamespace
+
+    import psycopg
+
+    url, schema = q.connection(root)
+    queue = q.queue_name(schema, "default")
+    count = [0]
+    execute = psycopg.AsyncCursor.execute
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return await execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted)
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=50ms -c statement_timeout=50ms")
+
+    async def go() -> None:
+        swept = asyncio.Event()
+
+        async def stalled_jobs(**_: Any) -> list[Any]:
+            swept.set()
+            return []
+
+        app = SimpleNamespace(job_manager=SimpleNamespace(get_stalled_jobs=stalled_jobs))
+        holder = psycopg.connect(url, autocommit=True)
+        holder.execute("SELECT pg_advisory_lock(%s)", (worker._key("sweeper", schema, queue),))
+        sweeper = asyncio.create_task(worker._sweep(app, url, schema, queue, 0.01, 5))
+        deadline = time.monotonic() + 60  # a bound for the failure, not a timing
+        while not holder.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = 'openprose worker"
+                " sweeper' AND wait_event_type = 'Lock'").fetchone():
+            assert time.monotonic() < deadline, "the sweeper never waited for the lock"
+            await asyncio.sleep(0.01)
+        assert count[0] == 2 and not swept.is_set()  # the timeouts off, the lock asked
+        holder.close()  # the lock goes with the holder's connection
+        await asyncio.wait_for(swept.wait(), 60)
+        sweeper.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sweeper
+
+    asyncio.run(go())

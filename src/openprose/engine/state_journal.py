@@ -351,10 +351,12 @@ class StateJournal:
         """Re-render state.md; the next render waits long enough that rendering (which grows
         with the number of bindings) stays a small share of the run's time."""
         started = time.monotonic()
-        ordered = tuple(self.statuses[line] for line in sorted(self.statuses))
-        self.run.update_state(state.StateSnapshot(ordered))
+        self.run.update_state(self._snapshot())
         cost = time.monotonic() - started
         self.render_due = time.monotonic() + max(self.render_interval, cost * RENDER_SHARE)
+
+    def _snapshot(self) -> state.StateSnapshot:
+        return state.StateSnapshot(tuple(self.statuses[line] for line in sorted(self.statuses)))
 
     async def settle(self) -> None:
         """Wait for batched writes still under way (before finishing the run)."""
@@ -362,10 +364,9 @@ class StateJournal:
         await self.committer.settle()
 
     def finish(self, status: str, error: str | None) -> None:
-        """Record the outcome, then render it (state.md shows the status and error)."""
+        """Record the outcome with its render (state.md shows the status and error)."""
         self.hold_renders = False
-        self.run.finish(status, error)
-        self.render()
+        self.run.finish(status, error, self._snapshot())
 
 
 def recorded_inputs(run: state.Run, program: n.Program) -> dict[str, Value]:

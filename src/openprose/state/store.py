@@ -814,7 +814,10 @@ class Run:
             self.backend.update_run(self.id, status="running", error=None)
             self.record = replace(self.record, status="running")
 
-    def finish(self, status: str, error: str | None = None) -> None:
+    def finish(self, status: str, error: str | None = None,
+               snapshot: StateSnapshot | None = None) -> None:
+        """End the run as ``status``. With ``snapshot`` (its driver's statuses), its last
+        state.md is rendered as ended and written with the status, in one write."""
         if status not in ("completed", "failed", "interrupted"):
             raise ValueError(f"unknown run status {status!r}")
         if status == "completed":  # calls an earlier drive left and this one never entered
@@ -824,8 +827,18 @@ class Run:
                 self._frames[frame.execution_id] = replace(frame, status="cancelled")
                 self.backend.put_frame(self.id, self._frames[frame.execution_id])
         self.backend.write_digest(self.id, self.store.digest(self, status, error))
-        self.backend.update_run(self.id, status=status, error=error)
-        self.record = replace(self.record, status=status, error=error, updated=utc_now())
+        ended = replace(self.record, status=status, error=error, updated=utc_now())
+        if snapshot is None:
+            self.backend.update_run(self.id, status=status, error=error)
+        else:
+            running, self.record = self.record, ended  # state.md shows the end
+            try:
+                self.backend.end_run(self.id, status=status, error=error,
+                                     text=self.store.render(self, snapshot), snapshot=snapshot)
+            except BaseException:
+                self.record = running
+                raise
+        self.record = ended
 
     def record_import(self, record: ImportRecord) -> None:
         """Register a program this run imports (the VM does, when the run starts)."""

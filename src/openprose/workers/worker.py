@@ -335,27 +335,24 @@ def _prepare(job: runner.Job, root: Path, slots: Slots | None) -> Provider:
 
 async def _sweep(app: Any, url: str, schema: str, queue: str, every: float,
                  stalled_after: float) -> None:
-    """While this worker holds the sweeper's lock, hand the jobs of silent workers back."""
+    """Wait for the sweeper's lock (the server grants it when its holder lets go or its
+    connection ends: nothing is asked meanwhile), then hand the jobs of silent workers back
+    every ``every`` seconds."""
     import psycopg
 
     conn = await psycopg.AsyncConnection.connect(url, autocommit=True,
                                                  application_name="openprose worker sweeper")
-    key = _key("sweeper", schema, queue)
-    leader = False
-    try:
+    try:  # a server's (or role's) timeouts must not end the wait
+        await conn.execute("SET statement_timeout = 0; SET lock_timeout = 0")
+        await conn.execute("SELECT pg_advisory_lock(%s)", (_key("sweeper", schema, queue),))
         while True:
-            if not leader:
-                row = await (await conn.execute("SELECT pg_try_advisory_lock(%s)",
-                                                (key,))).fetchone()
-                leader = bool(row[0])
-            if leader:
-                for stalled in await app.job_manager.get_stalled_jobs(
-                        queue=queue, task_name=q.TASK, seconds_since_heartbeat=stalled_after):
-                    try:
-                        await app.job_manager.retry_job(stalled)
-                    except Exception as err:  # finished or retried meanwhile
-                        _log.info("job %s not handed back: %s: %s", stalled.id,
-                                  type(err).__name__, err)
+            for stalled in await app.job_manager.get_stalled_jobs(
+                    queue=queue, task_name=q.TASK, seconds_since_heartbeat=stalled_after):
+                try:
+                    await app.job_manager.retry_job(stalled)
+                except Exception as err:  # finished or retried meanwhile
+                    _log.info("job %s not handed back: %s: %s", stalled.id,
+                              type(err).__name__, err)
             await asyncio.sleep(every)
     finally:
         await conn.close()

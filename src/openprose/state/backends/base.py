@@ -144,6 +144,14 @@ class Backend(ABC):
     # state.md
     @abstractmethod
     def write_state(self, run_id: str, text: str, snapshot: StateSnapshot) -> None: ...
+
+    def end_run(self, run_id: str, *, status: str, error: str | None, text: str,
+                snapshot: StateSnapshot) -> None:
+        """The run's end: its status (durably) and its last state.md. A backend that can
+        write both at once does (SQL: one round trip, where a run made two)."""
+        self.update_run(run_id, status=status, error=error)
+        self.write_state(run_id, text, snapshot)
+
     @abstractmethod
     def read_state(self, run_id: str) -> str: ...
 

@@ -62,7 +62,8 @@ class PostgresBackend(SqlBackend):
         if problem is not None:
             raise BackendUnavailable(f"cannot use PostgreSQL at {postgres_shown(url)}: {problem}")
         self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=False,
-                                   kwargs={"autocommit": True})
+                                   kwargs={"autocommit": True,
+                                           "prepare_threshold": PREPARE_THRESHOLD})
         try:
             self.pool.open(wait=True, timeout=10)
         except Exception as err:
@@ -140,17 +141,20 @@ class PostgresBackend(SqlBackend):
         lock's connection is kept for the next run's lock (a process driving runs in turn, a
         worker, would otherwise start a server process per run)."""
         key = driver_key(self.schema, run_id)
+        row = (run_id, holder.pid, holder.host, holder.since)
         for kept in (True, False):
             conn = self._driver_connection(kept)
-            try:
-                taken = conn.execute("SELECT pg_try_advisory_lock(%s),"
-                                     " set_config('application_name', %s, false)",
-                                     (key, f"openprose driver {run_id}")).fetchone()[0]
+            try:  # taken, and then its holder recorded: one round trip
+                taken = conn.execute(self.q(LOCK_DRIVER), (
+                    key, f"openprose driver {run_id}", *row)).fetchone()[0]
                 break
             except self._psycopg.OperationalError:  # a kept one the server has ended
                 conn.close()
                 if not kept:
                     raise
+            except BaseException:  # a session lock outlives a failed statement
+                conn.close()
+                raise
         try:
             if not taken:
 
@@ -163,11 +167,7 @@ class PostgresBackend(SqlBackend):
                 if found is None or not _ended_here(found) or \
                         not _after_backend_ends(conn, key, run_id, found, recorded):
                     raise RunLocked(run_id, recorded())
-            conn.execute(self.q("INSERT INTO {p}driver (run_id, pid, host, since)"
-                                " VALUES (?,?,?,?) ON CONFLICT (run_id) DO UPDATE SET"
-                                " pid = excluded.pid, host = excluded.host,"
-                                " since = excluded.since"),
-                         (run_id, holder.pid, holder.host, holder.since))
+                conn.execute(self.q(UPSERT_DRIVER), row)
         except BaseException:
             conn.close()
             raise
@@ -196,7 +196,8 @@ class PostgresBackend(SqlBackend):
                     return conn
         try:
             return self._psycopg.connect(self._url, autocommit=True,
-                                         application_name="openprose driver")
+                                         application_name="openprose driver",
+                                         prepare_threshold=PREPARE_THRESHOLD)
         except self._psycopg.Error as err:
             raise BackendUnavailable(f"cannot connect to PostgreSQL at "
                                      f"{postgres_shown(self._url)}: "
@@ -261,6 +262,14 @@ def _allow_queued(conn: Any, prefix: str) -> None:
 # Who holds each run's driver lock (PostgreSQL only: the lock itself is advisory).
 DRIVER_TABLE = ("CREATE TABLE IF NOT EXISTS {p}driver (run_id TEXT PRIMARY KEY,"
                 " pid INTEGER NOT NULL, host TEXT NOT NULL, since TEXT NOT NULL)")
+_NEW_HOLDER = (" ON CONFLICT (run_id) DO UPDATE SET pid = excluded.pid, host = excluded.host,"
+               " since = excluded.since")
+UPSERT_DRIVER = "INSERT INTO {p}driver (run_id, pid, host, since) VALUES (?,?,?,?)" + _NEW_HOLDER
+# A run's driver lock tried, and when taken its holder recorded, in one statement.
+LOCK_DRIVER = ("WITH lock AS (SELECT pg_try_advisory_lock(?) AS taken,"
+               " set_config('application_name', ?, false)), holder AS ("
+               "INSERT INTO {p}driver (run_id, pid, host, since) SELECT ?, ?, ?, ? FROM lock"
+               " WHERE lock.taken" + _NEW_HOLDER + ") SELECT taken FROM lock")
 
 
 def driver_key(schema: str, run_id: str) -> int:
@@ -276,6 +285,12 @@ def driver_key(schema: str, run_id: str) -> int:
 # durable commit flushes this one too, in order. A server crash may lose such a write, never
 # a durable one after it.
 NO_FLUSH = "SELECT set_config('synchronous_commit', 'off', true)"
+
+# A statement is prepared (planned once per connection) from its second execution on a
+# connection, not psycopg's default sixth: a worker's per-run statements (reading a run,
+# locking it, ending it) run once a run, spread over the pool's connections, so at the
+# default most of them were planned anew each time.
+PREPARE_THRESHOLD = 1
 
 # Driver lock connections kept idle for the next runs' locks, at most.
 IDLE_DRIVERS = 8

@@ -466,6 +466,7 @@ class SqlBackend(Backend):
 
     # ------------------------------------------------------------------ state
     UPDATE_STATE = "UPDATE {p}run SET state_md = ? WHERE id = ?"
+    END_RUN = "UPDATE {p}run SET status = ?, error = ?, updated_at = ?, state_md = ? WHERE id = ?"
     UPSERT_EXECUTION = ("INSERT INTO {p}execution (run_id, statement_index, status, metadata)"
                         " VALUES (?,?,?,?) ON CONFLICT (run_id, statement_index) DO UPDATE SET"
                         " status = excluded.status, metadata = excluded.metadata")
@@ -473,9 +474,19 @@ class SqlBackend(Backend):
     def write_state(self, run_id: str, text: str, snapshot: StateSnapshot) -> None:
         """state.md and the statements' statuses in one write (one round trip on
         PostgreSQL: it is made several times a run)."""
-        self.write_all(run_id, [(self.UPDATE_STATE, [(text, run_id)]), (self.UPSERT_EXECUTION, [
-            (run_id, status.line, _execution_status(status.status),
-             json.dumps(asdict(status))) for status in snapshot.statuses])], durable=False)
+        self.write_all(run_id, [(self.UPDATE_STATE, [(text, run_id)]),
+                                *self._statuses(run_id, snapshot)], durable=False)
+
+    def _statuses(self, run_id: str, snapshot: StateSnapshot
+                  ) -> list[tuple[str, list[tuple[Any, ...]]]]:
+        return [(self.UPSERT_EXECUTION, [(run_id, status.line, _execution_status(status.status),
+                                          json.dumps(asdict(status)))
+                                         for status in snapshot.statuses])]
+
+    def end_run(self, run_id: str, *, status: str, error: str | None, text: str,
+                snapshot: StateSnapshot) -> None:
+        self.write_all(run_id, [(self.END_RUN, [(status, error, utc_now(), text, run_id)]),
+                                *self._statuses(run_id, snapshot)], durable=True)
 
     def write_digest(self, run_id: str, text: str) -> None:
         """Beside the attachments (read whole, never queried); not on a machine that does
