@@ -1034,22 +1034,17 @@ class Piece:
     #: its last token when a triple-quoted string: a failure right after it, in the next
     #: piece, is reported as a nested triple quote (see Parser.nested_triple)
     tail: Token | None
-    #: every span of its tree and diagnostics (and of its tail): moved in place when an edit
-    #: moves it
-    spans: tuple[n.Span, ...]
-    #: the spans only its tokens and comments have, and how many lines they are still to be
-    #: moved by: moved only when they are asked for (Parses.lexed), as a change rarely needs
-    #: them and they are most of its spans
-    token_spans: tuple[n.Span, ...]
-    pending: list[int]
+    #: the shift of every span of its tree, diagnostics, tokens and comments (and of its
+    #: tail): added to when an edit moves it (see nodes.anchor)
+    shift: list[int]
 
 
 class Parses:
     """Parses successive versions of one text (an editor's buffer), keeping the parse of each
     run of top-level statements for the next version: a change re-reads only the statements
-    whose text it changed; those it moved up or down keep their parse, its spans moved in
-    place (a few integer adds per span, no tree copied), so the trees it gives are those of
-    its latest text only. A piece is read on its own only where that reads it as the whole
+    whose text it changed; those it moved up or down keep their parse, moved in place (one
+    add to the shift its spans share, see nodes.anchor; no tree copied), so the trees it
+    gives are those of its latest text only. A piece is read on its own only where that reads it as the whole
     text would (nothing left open at its end, nothing reported past it), so :meth:`parse`
     always equals :func:`parse` of the whole text."""
 
@@ -1090,8 +1085,6 @@ class Parses:
     def lexed(self, source: str) -> tuple[list[Token], list[n.Span]]:
         """The tokens and comments of the text (its end of text left out)."""
         pieces = self.pieces(source)
-        for piece in pieces:
-            place_tokens(piece)
         return [t for p in pieces for t in p.tokens], [x for p in pieces for x in p.comments]
 
     def pieces(self, source: str) -> list[Piece]:
@@ -1202,17 +1195,8 @@ def _at(span: n.Span) -> tuple[int, ...]:
     return span.line, span.column, span.end_line, span.end_column
 
 
-def place_tokens(piece: Piece) -> Piece:
-    """``piece`` with its tokens' and comments' spans at its current lines."""
-    if piece.pending[0]:
-        n.move(piece.token_spans, piece.pending[0])
-        piece.pending[0] = 0
-    return piece
-
-
 def _moved(piece: Piece, lines: int) -> Piece:
-    n.move(piece.spans, lines)
-    piece.pending[0] += lines
+    piece.shift[0] += lines
     return piece
 
 
@@ -1234,11 +1218,9 @@ def _piece(text: str, line: int, next_line: int | None, after: Token | None
     body, kept = tuple(statements), tuple(tokens[:-1])
     comments, start, end = tuple(lexer.comments), tokens[0].span, tokens[-1].span
     tail = _tail(tokens)
-    spans = n.spans_in((body, lexed, parsed, start, end, tail and tail.span))
-    moved = {id(span) for span in spans}
     return Piece(body, lexed, parsed, kept, comments, start, end,
-                 n.deeper_than(MAX_TREE_DEPTH, body, 2), n.declaring(body), tail, spans,
-                 tuple(x for x in n.spans_in((kept, comments)) if id(x) not in moved), [0])
+                 n.deeper_than(MAX_TREE_DEPTH, body, 2), n.declaring(body), tail,
+                 n.anchor((body, lexed, parsed, kept, comments, start, end)))
 
 
 def _tail(tokens: list[Token]) -> Token | None:

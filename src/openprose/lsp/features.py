@@ -22,7 +22,7 @@ from openprose.language.analysis import (
 )
 from openprose.language.canonical import NotFormatted, format_source
 from openprose.language.lexer import T, Token
-from openprose.language.parser import STATEMENT_KEYWORDS, place_tokens
+from openprose.language.parser import STATEMENT_KEYWORDS
 from openprose.language.validator import (
     AGENT_PROPERTIES,
     BACKOFFS,
@@ -370,10 +370,9 @@ def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
         ends = [line for line, *_ in doc.pieces[1:]] + [len(doc.lines) + 1]
         for (line, key, piece, _), end in zip(doc.pieces, ends, strict=True):
             if key not in kept:
-                placed = place_tokens(piece)
                 defines = [(s.name, TOKEN_INDEX[SYMBOL_TOKEN[s.kind]]) for s in defining[
                     bisect.bisect_left(where, line):bisect.bisect_left(where, end)]]
-                kept[key] = _colour(doc, placed.tokens, placed.comments, line, analysis,
+                kept[key] = _colour(doc, piece.tokens, piece.comments, line, analysis,
                                     by_start, defines)
     if len(kept) > 2 * len(doc.pieces) + 64:
         doc.parses.coloured = kept = {key: kept[key] for _, key, _, _ in doc.pieces}
