@@ -1037,6 +1037,9 @@ class Piece:
     #: the shift of every span of its tree, diagnostics, tokens and comments (and of its
     #: tail): added to when an edit moves it (see nodes.anchor)
     shift: list[int]
+    #: a key for each of its statements, naming its parse wherever it is moved (see
+    #: Parses.keys): integers, unique in the Parses that read it, quick to hash
+    keys: range
 
 
 class Parses:
@@ -1055,8 +1058,9 @@ class Parses:
         self.kept: dict[tuple[str, bool, tuple[int, ...] | None],
                         tuple[int, Piece | None]] = {}
         #: for each top-level statement of the last text, in order, a key that names its
-        #: parse whatever lines it was moved by: its piece's and its place in it
-        self.keys: tuple[tuple[object, int], ...] = ()
+        #: parse whatever lines it was moved by (see Piece.keys), and the next key to give
+        self.keys: tuple[int, ...] = ()
+        self.serial = 0
         #: the validator's findings on the statements of the last text, by key (see
         #: validator.validate), checked again only where they may differ
         self.checked: dict[object, object] = {}
@@ -1148,7 +1152,9 @@ class Parses:
                 if line != lines[i] and piece is not None and tail is None:
                     piece = _moved(piece, lines[i] - line)  # the same text, moved by an edit
                 elif line != lines[i]:
-                    piece = _piece(key[0], lines[i], lines[j] if j < last else None, tail)
+                    piece = _piece(key[0], lines[i], lines[j] if j < last else None, tail,
+                                   self.serial)
+                    self.serial += len(piece.keys) if piece is not None else 0
                 kept[key] = lines[i], piece
                 if piece is not None:
                     break
@@ -1157,7 +1163,7 @@ class Parses:
             placed.add(id(piece))
             cut.append((i, key, piece, len(keys)))
             ends.append(starts[j])
-            keys.extend((key, k) for k in range(len(piece.statements)))
+            keys.extend(piece.keys)
             i = j
         if len(kept) > 2 * len(cut) + 64:
             kept = {c[1]: (lines[c[0]], c[2]) for c in cut}
@@ -1200,10 +1206,11 @@ def _moved(piece: Piece, lines: int) -> Piece:
     return piece
 
 
-def _piece(text: str, line: int, next_line: int | None, after: Token | None
+def _piece(text: str, line: int, next_line: int | None, after: Token | None, first: int
            ) -> Piece | None:
-    """``text`` from ``line`` parsed on its own (``after``: the tail of the piece before);
-    None when the text after it (from ``next_line``) could change how it reads."""
+    """``text`` from ``line`` parsed on its own (``after``: the tail of the piece before), its
+    statements' keys from ``first`` on; None when the text after it (from ``next_line``)
+    could change how it reads."""
     lexer = Lexer(text, None, line)
     tokens = lexer.tokenize()
     parser = Parser([after, *tokens] if after else tokens, None, lexer.src, line)
@@ -1220,7 +1227,8 @@ def _piece(text: str, line: int, next_line: int | None, after: Token | None
     tail = _tail(tokens)
     return Piece(body, lexed, parsed, kept, comments, start, end,
                  n.deeper_than(MAX_TREE_DEPTH, body, 2), n.declaring(body), tail,
-                 n.anchor((body, lexed, parsed, kept, comments, start, end)))
+                 n.anchor((body, lexed, parsed, kept, comments, start, end)),
+                 range(first, first + len(body)))
 
 
 def _tail(tokens: list[Token]) -> Token | None:

@@ -282,7 +282,7 @@ class Validator(NodeVisitor):
             key = self.keys[i]  # type: ignore[index]
             kept = kept_for(key)
             if kept is not None and not self.call_results \
-                    and _reusable(kept, stmt.span.line, changed):
+                    and _reusable(kept, stmt, changed):
                 if kept[1]:  # type: ignore[index]
                     self.diagnostics.extend(kept[1])  # type: ignore[index]
                 if kept[2]:  # type: ignore[index]
@@ -805,12 +805,12 @@ class _Definitions(NodeVisitor):
         return None
 
 
-def _reusable(kept: Any, line: int, changed: frozenset[str]) -> bool:
-    """Whether the findings ``kept`` for a statement's parse (the same text), now on
-    ``line``, are its findings: made on that line or none (moved with it; their messages
-    may name lines), and looking up none of the ``changed`` names (nor all of them, as a
-    "did you mean" does)."""
-    return (kept[0] == line or not kept[1]) and (
+def _reusable(kept: Any, stmt: n.Node, changed: frozenset[str]) -> bool:
+    """Whether the findings ``kept`` for a statement's parse (the same text) are those of
+    ``stmt``: none, or made on the line it is now on (moved with it; their messages may name
+    lines), and looking up none of the ``changed`` names (nor all of them, as a "did you
+    mean" does)."""
+    return (not kept[1] or kept[0] == stmt.span.line) and (
         not changed or (kept[3].isdisjoint(changed) and EVERY not in kept[3]))
 
 
