@@ -1035,8 +1035,10 @@ class Piece:
     #: piece, is reported as a nested triple quote (see Parser.nested_triple)
     tail: Token | None
     #: the shift of every span of its tree, diagnostics, tokens and comments (and of its
-    #: tail): added to when an edit moves it (see nodes.anchor)
+    #: tail): added to when an edit moves it (see nodes.anchor); it is now at ``line``
+    #: (where it was read from) plus its shift
     shift: list[int]
+    line: int
     #: a key for each of its statements, naming its parse wherever it is moved (see
     #: Parses.keys): integers, unique in the Parses that read it, quick to hash
     keys: range
@@ -1047,14 +1049,15 @@ class Parses:
     run of top-level statements for the next version: a change re-reads only the statements
     whose text it changed; those it moved up or down keep their parse, moved in place (one
     add to the shift its spans share, see nodes.anchor; no tree copied), so the trees it
-    gives are those of its latest text only. A piece is read on its own only where that reads it as the whole
-    text would (nothing left open at its end, nothing reported past it), so :meth:`parse`
-    always equals :func:`parse` of the whole text."""
+    gives are those of its latest text only. A piece is read on its own only where that
+    reads it as the whole text would (nothing left open at its end, nothing reported past
+    it), so :meth:`parse` always equals :func:`parse` of the whole text."""
 
     def __init__(self) -> None:
-        #: by text, whether the text's end, and where the last piece's tail is: the line
-        #: it was last read from or moved to and its parse (None: it cannot be read on its
-        #: own), for this text's pieces and some of the texts' before
+        #: by text, whether the text's end, and where the last piece's tail is: its parse
+        #: and, when it cannot be read on its own (None), the line it was last read from
+        #: (a parse is where its line and shift say), for this text's pieces and some of
+        #: the texts' before
         self.kept: dict[tuple[str, bool, tuple[int, ...] | None],
                         tuple[int, Piece | None]] = {}
         #: for each top-level statement of the last text, in order, a key that names its
@@ -1135,8 +1138,8 @@ class Parses:
                 # read from here on as before (the same keys): the last text's pieces,
                 # moved by the lines the edit added or removed
                 before, first = len(keys) - old_cut[r][3], old_cut[r][0]
-                for k, key, piece, _ in old_cut[r:] if moved else ():
-                    kept[key] = lines[k - first + i], _moved(piece, moved)
+                for c in old_cut[r:] if moved else ():
+                    c[2].shift[0] += moved
                 cut.extend((k - first + i, key, piece, count + before)
                            for k, key, piece, count in old_cut[r:])
                 out.extend(c[2] for c in old_cut[r:])
@@ -1149,6 +1152,8 @@ class Parses:
                 line, piece = kept.get(key) or (0, None)
                 if piece is not None and id(piece) in placed:
                     line, piece = 0, None  # the same text earlier in this one: read again
+                elif piece is not None:
+                    line = piece.line + piece.shift[0]
                 if line != lines[i] and piece is not None and tail is None:
                     piece = _moved(piece, lines[i] - line)  # the same text, moved by an edit
                 elif line != lines[i]:
@@ -1227,7 +1232,7 @@ def _piece(text: str, line: int, next_line: int | None, after: Token | None, fir
     tail = _tail(tokens)
     return Piece(body, lexed, parsed, kept, comments, start, end,
                  n.deeper_than(MAX_TREE_DEPTH, body, 2), n.declaring(body), tail,
-                 n.anchor((body, lexed, parsed, kept, comments, start, end)),
+                 n.anchor((body, lexed, parsed, kept, comments, start, end)), line,
                  range(first, first + len(body)))
 
 
