@@ -1082,12 +1082,22 @@ class Parses:
         node nested too deeply (the last piece's that has one: the search runs from the last
         statement back), and its nodes that bind names."""
         pieces = self.pieces(source)
-        joined = itertools.chain.from_iterable  # each piece's in turn, in C (per change)
-        program = n.Program(tuple(joined(p.statements for p in pieces)),
-                            span=pieces[0].start.to(pieces[-1].end))
-        diagnostics = (*joined(p.lexed for p in pieces), *joined(p.parsed for p in pieces))
-        return (program, diagnostics, next((p.deep for p in reversed(pieces) if p.deep), None),
-                tuple(joined(p.declaring for p in pieces)))
+        statements: list[n.Node] = []
+        lexed: list[Diagnostic] = []
+        parsed: list[Diagnostic] = []
+        declaring: list[n.Node] = []
+        deep = None
+        for piece in pieces:  # each piece's in turn, in one pass: reaching them is the cost
+            statements += piece.statements
+            declaring += piece.declaring
+            if piece.lexed:
+                lexed += piece.lexed
+            if piece.parsed:
+                parsed += piece.parsed
+            if piece.deep:
+                deep = piece.deep
+        program = n.Program(tuple(statements), span=pieces[0].start.to(pieces[-1].end))
+        return program, (*lexed, *parsed), deep, tuple(declaring)
 
     def lexed(self, source: str) -> tuple[list[Token], list[n.Span]]:
         """The tokens and comments of the text (its end of text left out)."""
