@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import operator
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,6 +26,7 @@ from openprose.language.validator import local_import
 #: the most errors of an imported program shown as related information on its ``use`` line
 IMPORTED_SHOWN = 5
 HINT = re.compile(r"\(([^()]*)\)$")
+_START = operator.attrgetter("span.line")  # where a statement starts
 #: the new objects after which the cycle collector looks at the youngest (see settle)
 YOUNG = 10_000
 
@@ -77,11 +79,13 @@ class Document:
         """The source as the lexer reads it: spans count lines after this normalization."""
         return self.source.replace("\r\n", "\n").replace("\r", "\n")
 
-    @cached_property
-    def starts(self) -> list[int]:
-        """The line each top-level statement starts on."""
+    def statement_at(self, line: int) -> int:
+        """The index of the top-level statement ``line`` is in (the first before any), found
+        by halves: a question about one place reads the lines of a few statements, not of
+        every one of a long program's (each line read adds its piece's shift)."""
         program = self.result.program
-        return [s.span.line for s in program.body] if program is not None else []
+        body = program.body if program is not None else ()
+        return max(0, bisect.bisect_right(body, line, key=_START) - 1)
 
     # ------------------------------------------------------------------ positions
     def range(self, span: n.Span) -> lsp.Range:
@@ -116,7 +120,7 @@ class Document:
             whole = self.analysis
             assert whole is not None
             return whole, whole.symbol_at(line, column)
-        i = max(0, bisect.bisect_right(self.starts, line) - 1)
+        i = self.statement_at(line)
         here = analyze_part(program, self.text, [i])
         symbol = here.symbol_at(line, column)
         if symbol is None:
@@ -134,7 +138,7 @@ class Document:
         for match in re.finditer(rf"(?<![\w-]){re.escape(word)}(?![\w-])", self.text):
             line += self.text.count("\n", at, match.start())
             at = match.start()
-            found.add(max(0, bisect.bisect_right(self.starts, line) - 1))
+            found.add(self.statement_at(line))
         return found
 
     # ------------------------------------------------------------------ imports
