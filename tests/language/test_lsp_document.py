@@ -154,3 +154,26 @@ def test_settling_after_an_open_walks_no_old_generation() -> None:
 
     assert max(generations(True)) < 2
     assert max(generations(False)) == 2
+
+
+def test_an_open_compiles_with_the_collector_paused() -> None:
+    """An open's compile builds a large tree and no cycles: no collection runs while it grows
+    (each walked the tree so far for nothing), only one of the young generations before; the
+    collector is on again after, and the result is a plain compile's."""
+    import gc
+
+    text = "".join(f'agent a{i}:\n  model: sonnet\nlet x{i} = session: a{i}\n'
+                   f'  prompt: "Part {i} of {{x{i - 1}}}"\n' for i in range(1, 400))
+    collected: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        doc = Document("file:///long.prose", None, text, 1, Parses())
+    finally:
+        gc.callbacks.remove(seen)
+    assert collected == [1] and gc.isenabled()
+    assert doc.diagnostics() == Document("file:///long.prose", None, text, 1).diagnostics()
