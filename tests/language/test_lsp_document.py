@@ -130,6 +130,26 @@ def test_a_line_inserted_mid_text_colours_only_its_statement() -> None:
         _tokens(Document("file:///long.prose", None, text, 3))
 
 
+def test_the_tokens_after_an_open_and_the_outline_share_one_analysis(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An editor asks for the colours, the outline and the folding of a file it opens: the
+    text is analysed once for all three (it was twice: every statement for the tokens, then
+    the whole program), and the tokens are still those of a document without parses."""
+    from openprose.language import analysis
+
+    text = "".join(f'let x{i} = session "Part {i}"\nsession "Use {{x{i}}}"\n'
+                   for i in range(20))
+    made: list[int] = []
+    whole = analysis._analyze
+    monkeypatch.setattr(analysis, "_analyze", lambda *a: made.append(1) or whole(*a))
+    doc = Document("file:///p.prose", None, text, 1, Parses())
+    tokens = _tokens(doc)
+    features.document_symbols(doc)
+    features.folding_ranges(doc)
+    assert len(made) == 1
+    assert tokens == _tokens(Document("file:///p.prose", None, text, 1))
+
+
 def test_settling_after_an_open_walks_no_old_generation() -> None:
     """The first change after a large file is opened waited for a full collection walking
     the whole tree the open compiled; settling after an open collects the young generations

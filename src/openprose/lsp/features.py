@@ -357,12 +357,20 @@ def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
         analysis = doc.analysis
         symbols = analysis.symbols if analysis is not None else ()
         return lsp.SemanticTokens(data=_colour(
-            doc, tokens, comments, 1, analysis, {_at(s.span): s for s in symbols}, []).data)
+            doc, tokens, comments, 1, analysis, {_at(s.span): s for s in symbols}, [],
+            resolve=True).data)
     kept = doc.parses.coloured
     missing = [(piece, count) for _, key, piece, count in doc.pieces if key not in kept]
     if missing:
-        analysis = analyze_part(program, doc.text, (
-            i for piece, count in missing for i in range(count, count + len(piece.statements))))
+        if len(missing) == len(doc.pieces) or "analysis" in doc.__dict__:
+            # every piece (the file just opened): the whole analysis, made once for the
+            # outline and folding an editor asks for next too
+            analysis = doc.analysis
+        else:
+            analysis = analyze_part(program, doc.text, (
+                i for piece, count in missing
+                for i in range(count, count + len(piece.statements))))
+        assert analysis is not None
         by_start = {_at(s.span): s for s in analysis.symbols}
         defining = [s for s in analysis.symbols
                     if s.defines and s.scope is None and s.kind in ("binding", "program")]
@@ -402,13 +410,13 @@ def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
 
 def _colour(doc: Document, tokens: Sequence[Token], comments: Iterable[n.Span], first: int,
             analysis: Analysis | None, by_start: dict[tuple[int, int], Symbol],
-            defines: list[tuple[str, int]]) -> Coloured:
+            defines: list[tuple[str, int]], resolve: bool = False) -> Coloured:
     """The tokens and comments of the text from line ``first`` on, their names coloured by
     ``analysis`` (one that holds their statements; ``by_start``: its symbols by where they
-    start). A name read is coloured as what it finds when ``analysis`` is the whole
-    program's or a construct there defines it, else left to the program's definitions (see
-    :class:`Coloured`; ``defines``: those of these statements)."""
-    resolve = analysis is not None and analysis.program is doc.result.program
+    start). A name read is coloured as what it finds when told to ``resolve`` it (the
+    whole text at once) or a construct there defines it, else left to the program's
+    definitions (see :class:`Coloured`; ``defines``: those of these statements): a piece's
+    tokens are kept, and another statement may define the name differently later."""
     found: list[tuple[int, int, int, str, int, str]] = []  # line, column, end, type, mods, read
 
     def add(span: n.Span, kind: str, modifiers: int = 0, read: str = "") -> None:
