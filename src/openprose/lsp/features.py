@@ -420,7 +420,12 @@ def _colour(doc: Document, tokens: Sequence[Token], comments: Iterable[n.Span], 
     found: list[tuple[int, int, int, str, int, str]] = []  # line, column, end, type, mods, read
 
     def add(span: n.Span, kind: str, modifiers: int = 0, read: str = "") -> None:
-        for line in range(span.line, span.end_line + 1):
+        top = span.line
+        if top == span.end_line:  # most tokens: one line, no line's text needed
+            if span.end_column > span.column:
+                found.append((top, span.column, span.end_column, kind, modifiers, read))
+            return
+        for line in range(top, span.end_line + 1):
             text = doc.lines[line - 1] if line <= len(doc.lines) else ""
             start = span.column if line == span.line else 1
             end = span.end_column if line == span.end_line else len(text) + 1
