@@ -3,6 +3,8 @@
 Builds a program of about ``--mb`` megabytes (default 1) of distinct agents, blocks, bindings,
 context and interpolations, opens it once, then:
 
+0. in process, the open itself (compile and diagnostics, once) and what an editor asks next
+   (semantic tokens, then the outline: the first of each, once);
 1. in process, the work of one change as the server does it (compile, reusing what it kept of
    the earlier versions, and diagnostics), ``--runs`` changes of each kind in turn, each on
    the text the one before left: a line appended at the end, a line's text changed in the
@@ -123,6 +125,13 @@ REQUESTS: dict[str, Callable[[Document], object]] = {
 }
 
 
+#: what an editor asks right after opening a file, in turn
+AFTER_OPEN: dict[str, Callable[[Document], object]] = {
+    "first semantic tokens after the open": features.semantic_tokens,
+    "first outline after them": features.document_symbols,
+}
+
+
 def timed(work: Callable[[], object]) -> tuple[float, float]:
     """Seconds ``work`` took, on the clock and of CPU."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -138,9 +147,19 @@ def change(text: str, version: int, parses: Parses) -> None:
 def in_process(text: str, runs: int, kinds: list[str]
                ) -> dict[str, list[tuple[float, float]]]:
     parses = Parses()
-    Document(URI, None, text, 0, parses).diagnostics()  # the file opened
-    settle(opened=True)
-    version, times = 0, {}
+    opened: list[Document] = []
+
+    def open_file() -> None:
+        opened.append(Document(URI, None, text, 0, parses))
+        opened[0].diagnostics()
+        settle(opened=True)
+
+    times = {"opening the file (compile and diagnostics)": [timed(open_file)]}
+    for what, request in AFTER_OPEN.items():
+        if any(kind in what for kind in kinds):
+            times[what] = [timed(functools.partial(request, opened[0]))]
+            settle()
+    version = 0
     for what, edit in EDITS.items():
         if not any(kind in what for kind in kinds):
             continue
@@ -202,6 +221,9 @@ async def over_stdio(text: str, runs: int) -> list[float]:
 
 def report(what: str, times: list[float], cpu: list[float] | None = None) -> None:
     ms = [t * 1000 for t in times]
+    if len(ms) == 1:
+        print(f"{what}: {ms[0]:.0f} ms" + (f", CPU {cpu[0] * 1000:.0f} ms" if cpu else ""))
+        return
     used = f", CPU median {statistics.median(cpu) * 1000:.0f} ms" if cpu else ""
     print(f"{what}: first {ms[0]:.0f} ms, median {statistics.median(ms):.0f} ms, "
           f"max {max(ms):.0f} ms over {len(ms)}{used}")

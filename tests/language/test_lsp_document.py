@@ -130,6 +130,26 @@ def test_a_line_inserted_mid_text_colours_only_its_statement() -> None:
         _tokens(Document("file:///long.prose", None, text, 3))
 
 
+def test_the_tokens_after_an_open_and_the_outline_share_one_analysis(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An editor asks for the colours, the outline and the folding of a file it opens: the
+    text is analysed once for all three (it was twice: every statement for the tokens, then
+    the whole program), and the tokens are still those of a document without parses."""
+    from openprose.language import analysis
+
+    text = "".join(f'let x{i} = session "Part {i}"\nsession "Use {{x{i}}}"\n'
+                   for i in range(20))
+    made: list[int] = []
+    whole = analysis._analyze
+    monkeypatch.setattr(analysis, "_analyze", lambda *a: made.append(1) or whole(*a))
+    doc = Document("file:///p.prose", None, text, 1, Parses())
+    tokens = _tokens(doc)
+    features.document_symbols(doc)
+    features.folding_ranges(doc)
+    assert len(made) == 1
+    assert tokens == _tokens(Document("file:///p.prose", None, text, 1))
+
+
 def test_settling_after_an_open_walks_no_old_generation() -> None:
     """The first change after a large file is opened waited for a full collection walking
     the whole tree the open compiled; settling after an open collects the young generations
@@ -154,3 +174,26 @@ def test_settling_after_an_open_walks_no_old_generation() -> None:
 
     assert max(generations(True)) < 2
     assert max(generations(False)) == 2
+
+
+def test_an_open_compiles_with_the_collector_paused() -> None:
+    """An open's compile builds a large tree and no cycles: no collection runs while it grows
+    (each walked the tree so far for nothing), only one of the young generations before; the
+    collector is on again after, and the result is a plain compile's."""
+    import gc
+
+    text = "".join(f'agent a{i}:\n  model: sonnet\nlet x{i} = session: a{i}\n'
+                   f'  prompt: "Part {i} of {{x{i - 1}}}"\n' for i in range(1, 400))
+    collected: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        doc = Document("file:///long.prose", None, text, 1, Parses())
+    finally:
+        gc.callbacks.remove(seen)
+    assert collected == [1] and gc.isenabled()
+    assert doc.diagnostics() == Document("file:///long.prose", None, text, 1).diagnostics()

@@ -127,10 +127,6 @@ class Analysis:
     outputs: tuple[str, ...]
     agents: dict[str, Agent]
     blocks: dict[str, Block]
-    #: name → paths of the statements that define it (bindings, agents, blocks)
-    definitions: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: name → paths of the statements that read it (names, interpolations, agents, calls)
-    references: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: path → the construct whose body or branches run under it (``let x = parallel:`` is
     #: the parallel; a pipeline stage ``9.p0`` its stage): what a key's ``[i]``/``|b`` is of
     constructs: dict[str, n.Node] = field(default_factory=dict)
@@ -249,7 +245,7 @@ def _analyze(program: n.Program, source: str, only: list[int] | None = None) -> 
                     {name: agent_settings(a) for name, a in program.agents.items()},
                     {name: Block(b.name, b.params, b.depth_limit)
                      for name, b in program.blocks.items()},
-                    *_symbols(statements), walker.constructs, program,
+                    walker.constructs, program,
                     tuple(_Names(lines, statements).walk(program)))
 
 
@@ -289,31 +285,6 @@ def agent_settings(node: n.AgentDef) -> Agent:
     persist = node.property("persist")
     return Agent(node.name, text("prompt"), text("model"),
                  persist_scope(persist.value) if persist is not None else None, node)
-
-
-def _symbols(statements: dict[str, Statement]
-             ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
-    defined: dict[str, list[str]] = {}
-    read: dict[str, dict[str, None]] = {}  # a dict per name: ordered, no repeats
-    for sid, stmt in statements.items():
-        for name in (stmt.binds, *stmt.names):
-            if name:
-                defined.setdefault(name, []).append(sid)
-        if stmt.agent:
-            read.setdefault(stmt.agent, {})[sid] = None
-        if stmt.node is None:
-            continue
-        for node in n.walk(stmt.node):
-            names: tuple[str, ...] = ()
-            if isinstance(node, n.Name):
-                names = (node.id,)
-            elif isinstance(node, n.Interpolation):
-                names = node.path[:1]
-            elif isinstance(node, n.DoCall):
-                names = (node.block,)
-            for name in names:
-                read.setdefault(name, {})[sid] = None
-    return ({k: tuple(v) for k, v in defined.items()}, {k: tuple(v) for k, v in read.items()})
 
 
 #: the patterns :meth:`_Names.find` has compiled, by their text

@@ -76,6 +76,9 @@ INTERPOLATION_RE = re.compile(
 )
 OPERATORS = ("->", "<=", ">=", "==", "!=", "(", ")", "[", "]", "{", "}", ":", ",", "=", ".",
              "|", "+", "-", "*", "/", "<", ">")
+#: the operators by their length (two characters first: ``->`` before ``-``)
+OPERATORS_2 = frozenset(op for op in OPERATORS if len(op) == 2)
+OPERATORS_1 = frozenset(op for op in OPERATORS if len(op) == 1)
 OPENERS = {"(": ")", "[": "]", "{": "}"}
 CLOSERS = {")", "]", "}"}
 ESCAPES = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "{": "{"}
@@ -124,6 +127,12 @@ class Lexer:
         self.pos += len(text)
         return text
 
+    def skip(self, n: int) -> None:
+        """:meth:`advance` over ``n`` characters known to hold no line break (a name, a
+        number, spaces, an operator): the most common step, without reading them again."""
+        self.pos += n
+        self.col += n
+
     def span_from(self, line: int, col: int) -> Span:
         return Span(line, col, self.line, self.col)
 
@@ -146,7 +155,7 @@ class Lexer:
                     at_line_start = True
                 self.advance()
             elif ch in " \t\f":
-                self.advance(len(SPACE_RE.match(self.src, self.pos).group()))  # type: ignore[union-attr]
+                self.skip(SPACE_RE.match(self.src, self.pos).end() - self.pos)  # type: ignore[union-attr]
             elif ch == "#":
                 self.skip_comment()
             elif ch == '"':
@@ -156,7 +165,7 @@ class Lexer:
             elif "0" <= ch <= "9":
                 line, col = self.here()
                 text = NUMBER_RE.match(self.src, self.pos).group()  # type: ignore[union-attr]
-                self.advance(len(text))
+                self.skip(len(text))
                 unit = DURATION_RE.match(self.src, self.pos)
                 if unit:  # read on as the number alone, so this is the one error it gets
                     self.advance(len(unit.group()))
@@ -166,8 +175,8 @@ class Lexer:
             elif "a" <= ch <= "z" or "A" <= ch <= "Z" or ch == "_":
                 line, col = self.here()
                 text = NAME_RE.match(self.src, self.pos).group()  # type: ignore[union-attr]
-                self.advance(len(text))
-                self.emit(T.NAME, text, self.span_from(line, col))
+                self.skip(len(text))
+                self.tokens.append(Token(T.NAME, text, Span(line, col, line, self.col)))
                 if len(text) > MAX_NAME:
                     self.error("E005", f"the name '{text[:40]}...' is longer than {MAX_NAME} "
                                "characters (names become file names of the run's state)",
@@ -199,11 +208,14 @@ class Lexer:
     def handle_indentation(self) -> bool:
         """Measure the indent of a new line. Returns False if the line was blank (consumed)."""
         start = self.pos
-        width = narrow = 0
-        while self.pos < len(self.src) and self.src[self.pos] in " \t\f":
-            width = (width // TAB_SIZE + 1) * TAB_SIZE if self.src[self.pos] == "\t" else width + 1
-            narrow += 1
-            self.advance()
+        space = SPACE_RE.match(self.src, start)
+        indent = space.group() if space else ""
+        width = narrow = len(indent)
+        if "\t" in indent:
+            width = 0
+            for ch in indent:
+                width = (width // TAB_SIZE + 1) * TAB_SIZE if ch == "\t" else width + 1
+        self.skip(narrow)
         rest = self.src[self.pos:self.pos + 2]
         if self.pos >= len(self.src) or rest[:1] in ("\n", "#"):
             if rest[:1] == "#":
@@ -246,20 +258,20 @@ class Lexer:
     # ------------------------------------------------------------------ operators
     def lex_operator(self) -> None:
         line, col = self.here()
-        for op in OPERATORS:
-            if self.src.startswith(op, self.pos):
-                self.advance(len(op))
-                span = self.span_from(line, col)
-                if op in OPENERS:
-                    self.brackets.append((op, span))
-                elif op in CLOSERS:
-                    if self.brackets and OPENERS[self.brackets[-1][0]] == op:
-                        self.brackets.pop()
-                    else:
-                        self.error("E004", f"unexpected '{op}': nothing to close", span)
-                        return
-                self.emit(T.OP, op, span)
-                return
+        op = self.src[self.pos:self.pos + 2]
+        if op in OPERATORS_2 or (op := op[:1]) in OPERATORS_1:
+            self.skip(len(op))
+            span = self.span_from(line, col)
+            if op in OPENERS:
+                self.brackets.append((op, span))
+            elif op in CLOSERS:
+                if self.brackets and OPENERS[self.brackets[-1][0]] == op:
+                    self.brackets.pop()
+                else:
+                    self.error("E004", f"unexpected '{op}': nothing to close", span)
+                    return
+            self.emit(T.OP, op, span)
+            return
         ch = self.advance()
         hint = " (names use ASCII letters, digits, '_' and '-')" if ch.isalnum() else ""
         self.error("E004", f"unexpected character {ch!r}{hint}", self.span_from(line, col))

@@ -15,18 +15,59 @@ from dataclasses import dataclass, field, fields
 # engine, the state contract and the guided outline all read it through BlockDef.depth_limit).
 DEFAULT_MAX_DEPTH = 100
 
-@dataclass(frozen=True, slots=True)
 class Span:
-    """A source region: 1-based lines and columns, end column exclusive."""
+    """A source region: 1-based lines and columns, end column exclusive. Immutable; its
+    lines are counted from a shift it shares with the spans of one parse (see :func:`anchor`):
+    the parse of statements an edit moved up or down is moved by one add to that shift."""
 
-    line: int
-    column: int
-    end_line: int
-    end_column: int
+    __slots__ = ("_end_line", "_line", "_shift", "column", "end_column")
+
+    def __init__(self, line: int, column: int, end_line: int, end_column: int) -> None:
+        _SET_LINE(self, line)
+        _SET_COLUMN(self, column)
+        _SET_END_LINE(self, end_line)
+        _SET_END_COLUMN(self, end_column)
+        _SET_SHIFT(self, _FIXED)
+
+    @property
+    def line(self) -> int:
+        return self._line + self._shift[0]
+
+    @property
+    def end_line(self) -> int:
+        return self._end_line + self._shift[0]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a Span is immutable: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Span:
+            return NotImplemented
+        return (self.line, self.column, self.end_line, self.end_column) == \
+            (other.line, other.column, other.end_line, other.end_column)
+
+    def __hash__(self) -> int:
+        return hash((self.line, self.column, self.end_line, self.end_column))
+
+    def __repr__(self) -> str:
+        return (f"Span(line={self.line}, column={self.column}, end_line={self.end_line}, "
+                f"end_column={self.end_column})")
+
+    def __reduce__(self) -> tuple[type[Span], tuple[int, int, int, int]]:
+        return Span, (self.line, self.column, self.end_line, self.end_column)
 
     def to(self, other: Span) -> Span:
         """The span from the start of ``self`` to the end of ``other``."""
         return Span(self.line, self.column, other.end_line, other.end_column)
+
+
+#: the shift of a span no parse has anchored (never changed)
+_FIXED = (0,)
+_SET_LINE = Span._line.__set__  # type: ignore[attr-defined]
+_SET_COLUMN = Span.column.__set__  # type: ignore[attr-defined]
+_SET_END_LINE = Span._end_line.__set__  # type: ignore[attr-defined]
+_SET_END_COLUMN = Span.end_column.__set__  # type: ignore[attr-defined]
+_SET_SHIFT = Span._shift.__set__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,16 +517,20 @@ Stmt = (
 )
 
 
-def spans_in(roots: tuple[object, ...]) -> tuple[Span, ...]:
-    """Every distinct span under ``roots`` (nodes, tokens, diagnostics, spans and tuples of
-    them, walked without recursion): what :func:`move` moves."""
-    seen: dict[int, Span] = {}
+def anchor(roots: tuple[object, ...]) -> list[int]:
+    """Give every span under ``roots`` (nodes, tokens, diagnostics, spans and tuples of them,
+    walked without recursion) that no parse has anchored yet one new shift, and return it:
+    adding to it moves them all down that many lines, however many they are (the parse of
+    statements an edit above them moved; see parser.Parses, whose trees are those of its
+    latest text only). A span another parse anchored (read again here) keeps that one's."""
+    shift = [0]
     stack = list(roots)
     while stack:
         value = stack.pop()
         cls = type(value)
         if cls is Span:
-            seen[id(value)] = value
+            if value._shift is _FIXED:
+                _SET_SHIFT(value, shift)
         elif cls is tuple:
             stack.extend(value)
         else:
@@ -495,22 +540,12 @@ def spans_in(roots: tuple[object, ...]) -> tuple[Span, ...]:
                     f.name for f in getattr(cls, "__dataclass_fields__", {}).values()
                     if f.type not in _NO_SPAN)
             stack.extend(getattr(value, name) for name in names)
-    return tuple(seen.values())
-
-
-def move(spans: tuple[Span, ...], lines: int) -> None:
-    """Move ``spans`` ``lines`` lines down, in place: the parse of statements an edit above
-    them moved (see parser.Parses, whose trees are those of its latest text only)."""
-    for span in spans:
-        _SET_LINE(span, span.line + lines)
-        _SET_END_LINE(span, span.end_line + lines)
+    return shift
 
 
 #: by class, the fields that may hold a span; the declared types of those that never do
 _SPAN_FIELDS: dict[type, tuple[str, ...]] = {}
 _NO_SPAN = (_PLAIN - {"Span"}) | {"T", "Severity", "str | None", "float"}
-_SET_LINE = Span.line.__set__  # type: ignore[attr-defined]
-_SET_END_LINE = Span.end_line.__set__  # type: ignore[attr-defined]
 
 
 def bound_by(node: Node) -> tuple[str, ...]:

@@ -1034,34 +1034,36 @@ class Piece:
     #: its last token when a triple-quoted string: a failure right after it, in the next
     #: piece, is reported as a nested triple quote (see Parser.nested_triple)
     tail: Token | None
-    #: every span of its tree and diagnostics (and of its tail): moved in place when an edit
-    #: moves it
-    spans: tuple[n.Span, ...]
-    #: the spans only its tokens and comments have, and how many lines they are still to be
-    #: moved by: moved only when they are asked for (Parses.lexed), as a change rarely needs
-    #: them and they are most of its spans
-    token_spans: tuple[n.Span, ...]
-    pending: list[int]
+    #: the shift of every span of its tree, diagnostics, tokens and comments (and of its
+    #: tail): added to when an edit moves it (see nodes.anchor); it is now at ``line``
+    #: (where it was read from) plus its shift
+    shift: list[int]
+    line: int
+    #: a key for each of its statements, naming its parse wherever it is moved (see
+    #: Parses.keys): integers, unique in the Parses that read it, quick to hash
+    keys: range
 
 
 class Parses:
     """Parses successive versions of one text (an editor's buffer), keeping the parse of each
     run of top-level statements for the next version: a change re-reads only the statements
-    whose text it changed; those it moved up or down keep their parse, its spans moved in
-    place (a few integer adds per span, no tree copied), so the trees it gives are those of
-    its latest text only. A piece is read on its own only where that reads it as the whole
-    text would (nothing left open at its end, nothing reported past it), so :meth:`parse`
-    always equals :func:`parse` of the whole text."""
+    whose text it changed; those it moved up or down keep their parse, moved in place (one
+    add to the shift its spans share, see nodes.anchor; no tree copied), so the trees it
+    gives are those of its latest text only. A piece is read on its own only where that
+    reads it as the whole text would (nothing left open at its end, nothing reported past
+    it), so :meth:`parse` always equals :func:`parse` of the whole text."""
 
     def __init__(self) -> None:
-        #: by text, whether the text's end, and where the last piece's tail is: the line
-        #: it was last read from or moved to and its parse (None: it cannot be read on its
-        #: own), for this text's pieces and some of the texts' before
+        #: by text, whether the text's end, and where the last piece's tail is: its parse
+        #: and, when it cannot be read on its own (None), the line it was last read from
+        #: (a parse is where its line and shift say), for this text's pieces and some of
+        #: the texts' before
         self.kept: dict[tuple[str, bool, tuple[int, ...] | None],
                         tuple[int, Piece | None]] = {}
         #: for each top-level statement of the last text, in order, a key that names its
-        #: parse whatever lines it was moved by: its piece's and its place in it
-        self.keys: tuple[tuple[object, int], ...] = ()
+        #: parse whatever lines it was moved by (see Piece.keys), and the next key to give
+        self.keys: tuple[int, ...] = ()
+        self.serial = 0
         #: the validator's findings on the statements of the last text, by key (see
         #: validator.validate), checked again only where they may differ
         self.checked: dict[object, object] = {}
@@ -1080,18 +1082,26 @@ class Parses:
         node nested too deeply (the last piece's that has one: the search runs from the last
         statement back), and its nodes that bind names."""
         pieces = self.pieces(source)
-        joined = itertools.chain.from_iterable  # each piece's in turn, in C (per change)
-        program = n.Program(tuple(joined(p.statements for p in pieces)),
-                            span=pieces[0].start.to(pieces[-1].end))
-        diagnostics = (*joined(p.lexed for p in pieces), *joined(p.parsed for p in pieces))
-        return (program, diagnostics, next((p.deep for p in reversed(pieces) if p.deep), None),
-                tuple(joined(p.declaring for p in pieces)))
+        statements: list[n.Node] = []
+        lexed: list[Diagnostic] = []
+        parsed: list[Diagnostic] = []
+        declaring: list[n.Node] = []
+        deep = None
+        for piece in pieces:  # each piece's in turn, in one pass: reaching them is the cost
+            statements += piece.statements
+            declaring += piece.declaring
+            if piece.lexed:
+                lexed += piece.lexed
+            if piece.parsed:
+                parsed += piece.parsed
+            if piece.deep:
+                deep = piece.deep
+        program = n.Program(tuple(statements), span=pieces[0].start.to(pieces[-1].end))
+        return program, (*lexed, *parsed), deep, tuple(declaring)
 
     def lexed(self, source: str) -> tuple[list[Token], list[n.Span]]:
         """The tokens and comments of the text (its end of text left out)."""
         pieces = self.pieces(source)
-        for piece in pieces:
-            place_tokens(piece)
         return [t for p in pieces for t in p.tokens], [x for p in pieces for x in p.comments]
 
     def pieces(self, source: str) -> list[Piece]:
@@ -1138,8 +1148,8 @@ class Parses:
                 # read from here on as before (the same keys): the last text's pieces,
                 # moved by the lines the edit added or removed
                 before, first = len(keys) - old_cut[r][3], old_cut[r][0]
-                for k, key, piece, _ in old_cut[r:] if moved else ():
-                    kept[key] = lines[k - first + i], _moved(piece, moved)
+                for c in old_cut[r:] if moved else ():
+                    c[2].shift[0] += moved
                 cut.extend((k - first + i, key, piece, count + before)
                            for k, key, piece, count in old_cut[r:])
                 out.extend(c[2] for c in old_cut[r:])
@@ -1152,10 +1162,14 @@ class Parses:
                 line, piece = kept.get(key) or (0, None)
                 if piece is not None and id(piece) in placed:
                     line, piece = 0, None  # the same text earlier in this one: read again
+                elif piece is not None:
+                    line = piece.line + piece.shift[0]
                 if line != lines[i] and piece is not None and tail is None:
                     piece = _moved(piece, lines[i] - line)  # the same text, moved by an edit
                 elif line != lines[i]:
-                    piece = _piece(key[0], lines[i], lines[j] if j < last else None, tail)
+                    piece = _piece(key[0], lines[i], lines[j] if j < last else None, tail,
+                                   self.serial)
+                    self.serial += len(piece.keys) if piece is not None else 0
                 kept[key] = lines[i], piece
                 if piece is not None:
                     break
@@ -1164,7 +1178,7 @@ class Parses:
             placed.add(id(piece))
             cut.append((i, key, piece, len(keys)))
             ends.append(starts[j])
-            keys.extend((key, k) for k in range(len(piece.statements)))
+            keys.extend(piece.keys)
             i = j
         if len(kept) > 2 * len(cut) + 64:
             kept = {c[1]: (lines[c[0]], c[2]) for c in cut}
@@ -1202,24 +1216,16 @@ def _at(span: n.Span) -> tuple[int, ...]:
     return span.line, span.column, span.end_line, span.end_column
 
 
-def place_tokens(piece: Piece) -> Piece:
-    """``piece`` with its tokens' and comments' spans at its current lines."""
-    if piece.pending[0]:
-        n.move(piece.token_spans, piece.pending[0])
-        piece.pending[0] = 0
-    return piece
-
-
 def _moved(piece: Piece, lines: int) -> Piece:
-    n.move(piece.spans, lines)
-    piece.pending[0] += lines
+    piece.shift[0] += lines
     return piece
 
 
-def _piece(text: str, line: int, next_line: int | None, after: Token | None
+def _piece(text: str, line: int, next_line: int | None, after: Token | None, first: int
            ) -> Piece | None:
-    """``text`` from ``line`` parsed on its own (``after``: the tail of the piece before);
-    None when the text after it (from ``next_line``) could change how it reads."""
+    """``text`` from ``line`` parsed on its own (``after``: the tail of the piece before), its
+    statements' keys from ``first`` on; None when the text after it (from ``next_line``)
+    could change how it reads."""
     lexer = Lexer(text, None, line)
     tokens = lexer.tokenize()
     parser = Parser([after, *tokens] if after else tokens, None, lexer.src, line)
@@ -1234,11 +1240,10 @@ def _piece(text: str, line: int, next_line: int | None, after: Token | None
     body, kept = tuple(statements), tuple(tokens[:-1])
     comments, start, end = tuple(lexer.comments), tokens[0].span, tokens[-1].span
     tail = _tail(tokens)
-    spans = n.spans_in((body, lexed, parsed, start, end, tail and tail.span))
-    moved = {id(span) for span in spans}
     return Piece(body, lexed, parsed, kept, comments, start, end,
-                 n.deeper_than(MAX_TREE_DEPTH, body, 2), n.declaring(body), tail, spans,
-                 tuple(x for x in n.spans_in((kept, comments)) if id(x) not in moved), [0])
+                 n.deeper_than(MAX_TREE_DEPTH, body, 2), n.declaring(body), tail,
+                 n.anchor((body, lexed, parsed, kept, comments, start, end)), line,
+                 range(first, first + len(body)))
 
 
 def _tail(tokens: list[Token]) -> Token | None:

@@ -40,6 +40,8 @@ SKILL_SOURCE = re.compile(r"^(github:[\w.-]+/[\w.-]+(/[\w./-]*)?|npm:(@[\w.-]+/)
 # Block-scoped bindings are stored as NAME__ID (NAME__ID.md on the filesystem): a name of that
 # shape could be two bindings at once.
 SCOPED_STORAGE_NAME = re.compile(r"^.+__\d+$")
+#: the statements a body declares names with once (see Validator.declared_once)
+_ONCE = frozenset({n.Let, n.Output})
 #: the statements that define what any other may name (see _Definitions)
 DEFINING = (n.AgentDef, n.BlockDef, n.Use, n.ImportSkill)
 USE_PATH = re.compile(r"^(https?://\S+|@?[\w.-]+/[\w./-]+|\.{0,2}/?[\w./-]+\.prose)$")
@@ -117,9 +119,11 @@ class Validator(NodeVisitor):
     def collect(self) -> None:
         inputs: dict[str, n.Input] = {}
         definitions = _Definitions(self)
-        for stmt in self.program.body:
-            if isinstance(stmt, DEFINING):
-                definitions.visit(stmt)
+        visits = {cls: getattr(definitions, f"visit_{cls.__name__}") for cls in DEFINING}
+        for stmt in self.program.body:  # by the class itself: this runs at every change
+            visit = visits.get(type(stmt))
+            if visit is not None:
+                visit(stmt)
         found = self.declaring
         declared, lets, consts, agents = self.declared, self.lets, self.consts, self.agents
         for node in n.declaring(self.program.body) if found is None else found:
@@ -138,7 +142,8 @@ class Validator(NodeVisitor):
                               "value the caller should give", node.prompt.span)
             for name in names:
                 declared.add(name)
-                self.check_storage_name(name, "variable", node)
+                if "__" in name:
+                    self.check_storage_name(name, "variable", node)
                 if kind == "const":
                     consts.setdefault(name, node)
                 elif kind is not None:
@@ -235,7 +240,7 @@ class Validator(NodeVisitor):
 
     def top(self, stmt: n.Node, key: object, found: dict[object, object],
             read: set[str]) -> None:
-        """Check a top-level statement whose findings kept (see :func:`_reusable`) are not
+        """Check a top-level statement whose findings kept (see :meth:`statements`) are not
         its own, keeping them for its parse; kept only from where no earlier statement has
         bound a program call's result (which the checks read)."""
         if self.call_results:
@@ -256,39 +261,51 @@ class Validator(NodeVisitor):
         record the names they look up in (see :meth:`top`)."""
         lets: dict[str, n.Node] = {}
         outputs: dict[str, n.Node] = {}
-        changed, read = names
-        kept_for = found.get if found is not None else None
-        for i, stmt in enumerate(body):
-            if isinstance(stmt, n.Let):
-                for name in n.bound_by(stmt):
-                    if name in lets:
-                        self.error("E019", f"'{name}' is already declared on line "
-                                   f"{lets[name].span.line}; assign to it without "
-                                   f"'{stmt.kind}' to change it", stmt.span)
-                    elif name in scope:
-                        self.warn("W017", f"'{name}' hides the variable of the same name from "
-                                  "the enclosing scope", stmt.span)
-                    lets[name] = stmt
-            elif isinstance(stmt, n.Output) and stmt.name:
-                if stmt.name in outputs:
-                    self.error("E024", f"output '{stmt.name}' is already declared on line "
-                               f"{outputs[stmt.name].span.line}", stmt.span)
-                outputs[stmt.name] = stmt
-            if kept_for is None:
+        if found is None:
+            for stmt in body:
+                self.declared_once(stmt, scope, lets, outputs)
                 self.visit(stmt, scope, in_catch)
-                continue
-            # the findings kept, taken here without a call: most statements of a long
-            # text are unchanged, and this runs for each at every change
-            key = self.keys[i]  # type: ignore[index]
-            kept = kept_for(key)
-            if kept is not None and not self.call_results \
-                    and _reusable(kept, stmt.span.line, changed):
-                if kept[1]:  # type: ignore[index]
-                    self.diagnostics.extend(kept[1])  # type: ignore[index]
-                if kept[2]:  # type: ignore[index]
-                    self.call_results.update(kept[2])  # type: ignore[index]
+            return
+        # the findings kept, taken here without a call: most statements of a long text are
+        # unchanged, and this runs for each at every change. They are the statement's when
+        # there are none or they were made on the line it is on now (their messages may
+        # name lines), and they looked up none of the changed names (nor all of them, as
+        # a "did you mean" does)
+        changed, read = names
+        kept_for, call_results, diagnostics = found.get, self.call_results, self.diagnostics
+        for stmt, key in zip(body, self.keys, strict=True):  # type: ignore[arg-type]
+            if type(stmt) in _ONCE:
+                self.declared_once(stmt, scope, lets, outputs)
+            kept: Any = kept_for(key)
+            if kept is not None and not call_results \
+                    and (not kept[1] or kept[0] == stmt.span.line) \
+                    and (not changed or (kept[3].isdisjoint(changed) and EVERY not in kept[3])):
+                if kept[1]:
+                    diagnostics.extend(kept[1])
+                if kept[2]:
+                    call_results.update(kept[2])
             else:
-                self.top(stmt, key, found, read)  # type: ignore[arg-type]
+                self.top(stmt, key, found, read)
+
+    def declared_once(self, stmt: n.Node, scope: frozenset[str], lets: dict[str, n.Node],
+                      outputs: dict[str, n.Node]) -> None:
+        """A ``let`` or ``output`` of a body: each name declared once in it (``lets`` and
+        ``outputs``: those declared before), a ``let`` hiding one of ``scope`` warned of."""
+        if isinstance(stmt, n.Let):
+            for name in n.bound_by(stmt):
+                if name in lets:
+                    self.error("E019", f"'{name}' is already declared on line "
+                               f"{lets[name].span.line}; assign to it without "
+                               f"'{stmt.kind}' to change it", stmt.span)
+                elif name in scope:
+                    self.warn("W017", f"'{name}' hides the variable of the same name from "
+                              "the enclosing scope", stmt.span)
+                lets[name] = stmt
+        elif isinstance(stmt, n.Output) and stmt.name:
+            if stmt.name in outputs:
+                self.error("E024", f"output '{stmt.name}' is already declared on line "
+                           f"{outputs[stmt.name].span.line}", stmt.span)
+            outputs[stmt.name] = stmt
 
     def generic_visit(self, node: n.Node, *args: object, **kwargs: object) -> None:
         return None
@@ -803,15 +820,6 @@ class _Definitions(NodeVisitor):
 
     def generic_visit(self, node: n.Node, *args: object, **kwargs: object) -> None:
         return None
-
-
-def _reusable(kept: Any, line: int, changed: frozenset[str]) -> bool:
-    """Whether the findings ``kept`` for a statement's parse (the same text), now on
-    ``line``, are its findings: made on that line or none (moved with it; their messages
-    may name lines), and looking up none of the ``changed`` names (nor all of them, as a
-    "did you mean" does)."""
-    return (kept[0] == line or not kept[1]) and (
-        not changed or (kept[3].isdisjoint(changed) and EVERY not in kept[3]))
 
 
 def _word(value: n.Node | n.PropertyBlock) -> str | None:

@@ -22,7 +22,7 @@ from openprose.language.analysis import (
 )
 from openprose.language.canonical import NotFormatted, format_source
 from openprose.language.lexer import T, Token
-from openprose.language.parser import STATEMENT_KEYWORDS, place_tokens
+from openprose.language.parser import STATEMENT_KEYWORDS
 from openprose.language.validator import (
     AGENT_PROPERTIES,
     BACKOFFS,
@@ -357,12 +357,20 @@ def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
         analysis = doc.analysis
         symbols = analysis.symbols if analysis is not None else ()
         return lsp.SemanticTokens(data=_colour(
-            doc, tokens, comments, 1, analysis, {_at(s.span): s for s in symbols}, []).data)
+            doc, tokens, comments, 1, analysis, {_at(s.span): s for s in symbols}, [],
+            resolve=True).data)
     kept = doc.parses.coloured
     missing = [(piece, count) for _, key, piece, count in doc.pieces if key not in kept]
     if missing:
-        analysis = analyze_part(program, doc.text, (
-            i for piece, count in missing for i in range(count, count + len(piece.statements))))
+        if len(missing) == len(doc.pieces) or "analysis" in doc.__dict__:
+            # every piece (the file just opened): the whole analysis, made once for the
+            # outline and folding an editor asks for next too
+            analysis = doc.analysis
+        else:
+            analysis = analyze_part(program, doc.text, (
+                i for piece, count in missing
+                for i in range(count, count + len(piece.statements))))
+        assert analysis is not None
         by_start = {_at(s.span): s for s in analysis.symbols}
         defining = [s for s in analysis.symbols
                     if s.defines and s.scope is None and s.kind in ("binding", "program")]
@@ -370,10 +378,9 @@ def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
         ends = [line for line, *_ in doc.pieces[1:]] + [len(doc.lines) + 1]
         for (line, key, piece, _), end in zip(doc.pieces, ends, strict=True):
             if key not in kept:
-                placed = place_tokens(piece)
                 defines = [(s.name, TOKEN_INDEX[SYMBOL_TOKEN[s.kind]]) for s in defining[
                     bisect.bisect_left(where, line):bisect.bisect_left(where, end)]]
-                kept[key] = _colour(doc, placed.tokens, placed.comments, line, analysis,
+                kept[key] = _colour(doc, piece.tokens, piece.comments, line, analysis,
                                     by_start, defines)
     if len(kept) > 2 * len(doc.pieces) + 64:
         doc.parses.coloured = kept = {key: kept[key] for _, key, _, _ in doc.pieces}
@@ -403,17 +410,22 @@ def semantic_tokens(doc: Document) -> lsp.SemanticTokens:
 
 def _colour(doc: Document, tokens: Sequence[Token], comments: Iterable[n.Span], first: int,
             analysis: Analysis | None, by_start: dict[tuple[int, int], Symbol],
-            defines: list[tuple[str, int]]) -> Coloured:
+            defines: list[tuple[str, int]], resolve: bool = False) -> Coloured:
     """The tokens and comments of the text from line ``first`` on, their names coloured by
     ``analysis`` (one that holds their statements; ``by_start``: its symbols by where they
-    start). A name read is coloured as what it finds when ``analysis`` is the whole
-    program's or a construct there defines it, else left to the program's definitions (see
-    :class:`Coloured`; ``defines``: those of these statements)."""
-    resolve = analysis is not None and analysis.program is doc.result.program
+    start). A name read is coloured as what it finds when told to ``resolve`` it (the
+    whole text at once) or a construct there defines it, else left to the program's
+    definitions (see :class:`Coloured`; ``defines``: those of these statements): a piece's
+    tokens are kept, and another statement may define the name differently later."""
     found: list[tuple[int, int, int, str, int, str]] = []  # line, column, end, type, mods, read
 
     def add(span: n.Span, kind: str, modifiers: int = 0, read: str = "") -> None:
-        for line in range(span.line, span.end_line + 1):
+        top = span.line
+        if top == span.end_line:  # most tokens: one line, no line's text needed
+            if span.end_column > span.column:
+                found.append((top, span.column, span.end_column, kind, modifiers, read))
+            return
+        for line in range(top, span.end_line + 1):
             text = doc.lines[line - 1] if line <= len(doc.lines) else ""
             start = span.column if line == span.line else 1
             end = span.end_column if line == span.end_line else len(text) + 1
