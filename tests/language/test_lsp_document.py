@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from lsprotocol import types as lsp
@@ -14,6 +16,8 @@ from lsprotocol import types as lsp
 from openprose.language.parser import Parses
 from openprose.lsp import features
 from openprose.lsp.document import Document
+
+T = TypeVar("T")
 
 PROGRAMS = ["13-variables-and-context.prose", "19-advanced-parallel.prose", "20-fixed-loops.prose",
             "21-pipeline-operations.prose", "22-error-handling.prose",
@@ -154,26 +158,27 @@ def test_settling_after_an_open_walks_no_old_generation() -> None:
     """The first change after a large file is opened waited for a full collection walking
     the whole tree the open compiled; settling after an open collects the young generations
     only, after a change all of them (what a change leaves in cycles is freed)."""
-    import gc
-
     from openprose.lsp.document import settle
 
-    def generations(opened: bool) -> list[int]:
-        collected: list[int] = []
+    assert max(_collections(lambda: settle(True))[0]) < 2
+    assert max(_collections(lambda: settle(False))[0]) == 2
 
-        def seen(phase: str, info: dict[str, int]) -> None:
-            if phase == "start":
-                collected.append(info["generation"])
 
-        gc.callbacks.append(seen)
-        try:
-            settle(opened)
-        finally:
-            gc.callbacks.remove(seen)
-        return collected
+def _collections(work: Callable[[], T]) -> tuple[list[int], T]:
+    """The generations the cycle collector walked while ``work`` ran, and its result."""
+    import gc
 
-    assert max(generations(True)) < 2
-    assert max(generations(False)) == 2
+    collected: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        return collected, work()
+    finally:
+        gc.callbacks.remove(seen)
 
 
 def test_an_open_compiles_with_the_collector_paused() -> None:
@@ -184,16 +189,7 @@ def test_an_open_compiles_with_the_collector_paused() -> None:
 
     text = "".join(f'agent a{i}:\n  model: sonnet\nlet x{i} = session: a{i}\n'
                    f'  prompt: "Part {i} of {{x{i - 1}}}"\n' for i in range(1, 400))
-    collected: list[int] = []
-
-    def seen(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            collected.append(info["generation"])
-
-    gc.callbacks.append(seen)
-    try:
-        doc = Document("file:///long.prose", None, text, 1, Parses())
-    finally:
-        gc.callbacks.remove(seen)
+    collected, doc = _collections(lambda: Document("file:///long.prose", None, text, 1,
+                                                   Parses()))
     assert collected == [1] and gc.isenabled()
     assert doc.diagnostics() == Document("file:///long.prose", None, text, 1).diagnostics()
