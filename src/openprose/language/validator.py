@@ -119,11 +119,9 @@ class Validator(NodeVisitor):
     def collect(self) -> None:
         inputs: dict[str, n.Input] = {}
         definitions = _Definitions(self)
-        visits = {cls: getattr(definitions, f"visit_{cls.__name__}") for cls in DEFINING}
         for stmt in self.program.body:  # by the class itself: this runs at every change
-            visit = visits.get(type(stmt))
-            if visit is not None:
-                visit(stmt)
+            if type(stmt) in DEFINING:
+                definitions.visit(stmt)
         found = self.declaring
         declared, lets, consts, agents = self.declared, self.lets, self.consts, self.agents
         for node in n.declaring(self.program.body) if found is None else found:
@@ -142,8 +140,7 @@ class Validator(NodeVisitor):
                               "value the caller should give", node.prompt.span)
             for name in names:
                 declared.add(name)
-                if "__" in name:
-                    self.check_storage_name(name, "variable", node)
+                self.check_storage_name(name, "variable", node)
                 if kind == "const":
                     consts.setdefault(name, node)
                 elif kind is not None:
