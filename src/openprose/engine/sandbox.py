@@ -142,8 +142,8 @@ def _confines(bwrap: str, flags: tuple[str, ...]) -> bool:
 
 def _works(argv: list[str], fds: tuple[int, ...] = ()) -> bool:
     try:
-        return subprocess.run(argv, capture_output=True, timeout=20, pass_fds=fds
-                              ).returncode == 0
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20,
+                              pass_fds=fds).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 

@@ -20,13 +20,16 @@ import queue
 import re
 import resource
 import secrets
+import select
+import selectors
 import signal
 import socket
+import stat
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
@@ -46,6 +49,8 @@ MCP_PATH = "/mcp"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: Messages read from stdin ahead of the server taking them.
 STDIN_BUFFER = 16
+#: Bytes read from stdin at a time.
+WIRE_CHUNK = 1 << 16
 #: Messages queued for stdout before the event loop waits for the client to read.
 STDOUT_QUEUE = 256
 #: Seconds a stopping server gives its queued messages to reach the client.
@@ -237,26 +242,111 @@ async def _first_signal(received: list[int], stop: Callable[[], Awaitable[None]]
             return
 
 
-def _read_lines(stream: IO[bytes], send: MemoryObjectSendStream[str],
-                token: EventLoopToken, writer: LineWriter) -> None:
-    """Hand ``stream``'s lines to the event loop until EOF or until the loop is gone: into
-    the stream's buffer when it has room (a callback, no task), else waiting for room. A line
-    longer than :data:`MAX_MESSAGE_BYTES` is skipped without being held, and ``writer``
-    answers it with an error."""
-    try:
-        while raw := stream.readline(MAX_MESSAGE_BYTES + 1):
-            if len(raw) > MAX_MESSAGE_BYTES and not raw.endswith(b"\n"):
-                writer.send_now(too_large(raw[:4096]))
-                while (rest := stream.readline(1 << 20)) and not rest.endswith(b"\n"):
-                    pass
+class LineSplitter:
+    """The client's bytes cut into messages, one per line. A line longer than
+    :data:`MAX_MESSAGE_BYTES` is never held: once that many bytes came without a newline it
+    is reported by its first bytes (to address the error) and the rest of it is dropped as it
+    comes. A last line without a newline counts once the wire ends."""
+
+    def __init__(self) -> None:
+        self._held = bytearray()
+        self._skipping = False
+
+    def feed(self, chunk: bytes) -> list[tuple[bool, bytes]]:
+        """``(True, line)`` for each whole line in ``chunk`` and what came before it, and
+        ``(False, first bytes)`` for each line found too long."""
+        found: list[tuple[bool, bytes]] = []
+        start = 0
+        while start < len(chunk):
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end + 1]
+            start += len(piece)
+            if self._skipping:
+                self._skipping = end < 0
                 continue
-            line = raw.decode("utf-8", errors="replace")
+            if len(self._held) + len(piece) > MAX_MESSAGE_BYTES + (end >= 0):
+                found.append((False, bytes((self._held + piece)[:4096])))
+                self._held.clear()
+                self._skipping = end < 0
+            elif end < 0:
+                self._held += piece
+            else:
+                found.append((True, bytes(self._held + piece) if self._held else piece))
+                self._held.clear()
+        return found
+
+    def end(self) -> list[tuple[bool, bytes]]:
+        """The last line, when the wire ended without its newline."""
+        rest, self._held = bytes(self._held), bytearray()
+        return [(True, rest)] if rest and not self._skipping else []
+
+
+async def _read_wire(fd: int, send: MemoryObjectSendStream[str], writer: LineWriter) -> None:
+    """Hand the client's lines to the server, read on the event loop when the wire is
+    readable: no thread wakes for a message, nor waits for the loop to take it. Nothing
+    else reads the wire (no child process inherits it), so a readable wire never blocks."""
+    loop = asyncio.get_running_loop()
+    splitter = LineSplitter()
+    try:
+        while True:
+            readable = loop.create_future()
+            loop.add_reader(fd, readable.set_result, None)
             try:
-                anyio.from_thread.run_sync(send.send_nowait, line, token=token)
-            except anyio.WouldBlock:
-                anyio.from_thread.run(send.send, line, token=token)
+                await readable
+            finally:
+                loop.remove_reader(fd)
+            try:
+                chunk = os.read(fd, WIRE_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:  # the client's end is gone
+                chunk = b""
+            for whole, data in splitter.feed(chunk) if chunk else splitter.end():
+                if whole:
+                    await send.send(data.decode("utf-8", errors="replace"))
+                else:
+                    await writer.write(too_large(data))
+            if not chunk:
+                return
+    finally:
+        send.close()
+
+
+def pollable(fd: int) -> bool:
+    """Whether the event loop can wait for ``fd`` to be readable: not a regular file (epoll
+    refuses one; kqueue would never report its end), and one the selector takes."""
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return False
+    with selectors.DefaultSelector() as probe:
+        try:
+            probe.register(fd, selectors.EVENT_READ)
+        except PermissionError:
+            return False
+    return True
+
+
+def _read_lines(fd: int, send: MemoryObjectSendStream[str], token: EventLoopToken,
+                writer: LineWriter) -> None:
+    """:func:`_read_wire` on a thread of its own, for a wire the event loop cannot poll (a
+    regular file): until EOF or until the loop is gone, into the stream's buffer when it has
+    room (a callback, no task), else waiting for room."""
+    splitter = LineSplitter()
+    try:
+        while True:
+            chunk = os.read(fd, WIRE_CHUNK)
+            for whole, data in splitter.feed(chunk) if chunk else splitter.end():
+                if not whole:
+                    writer.send_now(too_large(data))
+                    continue
+                line = data.decode("utf-8", errors="replace")
+                try:
+                    anyio.from_thread.run_sync(send.send_nowait, line, token=token)
+                except anyio.WouldBlock:
+                    anyio.from_thread.run(send.send, line, token=token)
+            if not chunk:
+                break
         anyio.from_thread.run_sync(send.close, token=token)
-    except (RuntimeError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+    except (OSError, RuntimeError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         return
 
 
@@ -274,16 +364,26 @@ def too_large(head: bytes) -> str:
 
 
 class LineWriter:
-    """Messages to the client written by a thread of their own: the event loop queues a
-    line and goes on. (The SDK's own writer waits for a worker thread to write each message
-    and again to flush it: two thread round trips per reply.) Lines keep their order; lines
-    queued together go out in one write. A failed write (the client went away) is raised at
-    the next message."""
+    """Messages to the client, in order, without the event loop ever waiting on the client.
+    A reply that fits one atomic pipe write (:data:`select.PIPE_BUF`) while the pipe has room
+    and nothing is queued goes out at once from the event loop: no thread has to be woken and
+    win the interpreter lock from an engine walking on to its next statement. Any other
+    message is queued for a thread of its own, which writes what is queued together in one
+    write (the SDK's own writer waits for a worker thread to write each message and again to
+    flush it). A failed write (the client went away) is raised at the next message."""
 
     def __init__(self, wire: int) -> None:
         self._wire = wire
         self._lines: queue.Queue[bytes | None] = queue.Queue(STDOUT_QUEUE)
         self._failed: OSError | None = None
+        self._lock = threading.Lock()
+        self._pending = 0  # lines handed to the thread and not yet written out
+        #: A pipe or a socket: poll's "writable" promises room for a page (a terminal's
+        #: or a file's does not promise as much).
+        self._direct = stat.S_ISFIFO(os.fstat(wire).st_mode) or \
+            stat.S_ISSOCK(os.fstat(wire).st_mode)
+        self._room = select.poll()
+        self._room.register(wire, select.POLLOUT)
         self._thread = threading.Thread(target=self._write_lines, name="prose-serve-stdout",
                                         daemon=True)
         self._thread.start()
@@ -292,6 +392,12 @@ class LineWriter:
         if self._failed is not None:
             raise self._failed
         line = text.encode("utf-8")
+        with self._lock:
+            if self._direct and not self._pending and len(line) <= select.PIPE_BUF \
+                    and self._room.poll(0):
+                self._write(memoryview(line))  # room for a page, at most a page: never blocks
+                return
+            self._pending += 1
         try:
             self._lines.put_nowait(line)
         except queue.Full:  # the client is not reading: wait for room off the event loop
@@ -302,6 +408,8 @@ class LineWriter:
 
     def send_now(self, text: str) -> None:
         """Queue ``text`` from a thread other than the event loop's (waits for room)."""
+        with self._lock:
+            self._pending += 1
         self._lines.put(text.encode("utf-8"))
 
     def close(self) -> None:
@@ -309,6 +417,13 @@ class LineWriter:
         with contextlib.suppress(queue.Full):
             self._lines.put(None, timeout=STDOUT_DRAIN_S)
         self._thread.join(STDOUT_DRAIN_S)
+
+    def _write(self, data: memoryview) -> None:
+        try:
+            while data and self._failed is None:  # nobody reads after a failure: drop
+                data = data[os.write(self._wire, data):]
+        except OSError as exc:
+            self._failed = exc
 
     def _write_lines(self) -> None:
         done = False
@@ -318,12 +433,10 @@ class LineWriter:
                 while batch[-1] is not None and len(batch) < STDOUT_QUEUE:
                     batch.append(self._lines.get_nowait())
             done = batch[-1] is None
-            data = memoryview(b"".join(line for line in batch if line is not None))
-            try:
-                while data and self._failed is None:  # nobody reads after a failure: drop
-                    data = data[os.write(self._wire, data):]
-            except OSError as exc:
-                self._failed = exc
+            lines = [line for line in batch if line is not None]
+            self._write(memoryview(b"".join(lines)))
+            with self._lock:
+                self._pending -= len(lines)
 
 
 @contextlib.contextmanager
@@ -343,20 +456,26 @@ def claimed_stdout() -> Iterator[int]:
 
 async def serve_stdio(mcp: MCPServer) -> int | None:
     """Serve over stdin/stdout until the client closes stdin (None) or a stop signal (its
-    number). Stdin is read on a daemon thread: a signal must not wait for a blocked read;
-    replies are written by another (see :class:`LineWriter`)."""
+    number). Stdin is read on the event loop when it can be polled (a pipe, a socket, a
+    terminal), else on a daemon thread (a file: a signal must not wait for a blocked read);
+    see :class:`LineWriter` for replies."""
     from mcp.server.stdio import stdio_server
 
     received: list[int] = []
     send, lines = anyio.create_memory_object_stream[str](STDIN_BUFFER)
     with claimed_stdout() as wire:
         writer = LineWriter(wire)
-        threading.Thread(target=_read_lines, args=(sys.stdin.buffer, send,
-                                                   anyio.lowlevel.current_token(), writer),
-                         name="prose-serve-stdin", daemon=True).start()
+        stdin = sys.stdin.fileno()
         try:
             async with anyio.create_task_group() as group, \
                     stdio_server(stdin=lines, stdout=writer) as streams:  # type: ignore[arg-type]
+                if pollable(stdin):
+                    group.start_soon(_read_wire, stdin, send, writer)
+                else:
+                    threading.Thread(target=_read_lines, name="prose-serve-stdin", daemon=True,
+                                     args=(stdin, send, anyio.lowlevel.current_token(),
+                                           writer)).start()
+
                 async def stop() -> None:
                     group.cancel_scope.cancel()
 

@@ -200,7 +200,8 @@ def run_git(root: Path, *args: str, timeout: float) -> subprocess.CompletedProce
     in a ``.git/config`` that came with the project (an archive, a nested repository) is a
     command git runs even for ``ls-files``. Raises OSError (no git) or TimeoutExpired."""
     return subprocess.run(["git", "-c", "core.fsmonitor=false", *args], cwd=root,
-                          capture_output=True, timeout=timeout, check=False)
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
+                          check=False)
 
 
 def settings(project_root: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
