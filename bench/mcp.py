@@ -52,6 +52,12 @@ and talks to it over a real stdio pipe with the SDK's client, as a host does. Se
   held the event loop: the first answer came when it ended), and the loop's wall time per
   round for a third, two thirds and all of the rounds (how the cost of a round grows).
 
+- ``against`` (issue 30; only when named): this checkout's server and another checkout's
+  (``--against OTHER/src``), both alive at once and taking turns round by round: guided
+  per-statement time, write_binding and a do-nothing call (each side's own transport) of
+  each, with the median of the rounds' ratios. Separate runs on a shared machine moved by
+  more than the changes did; turns make load and the disk's moods hit both alike.
+
 A section is a function taking the connected client and the options and printing its lines;
 add one to ``SECTIONS``.
 """
@@ -662,6 +668,68 @@ async def section_busy_loop(client: Client, options: argparse.Namespace) -> None
     print(f"load average while measuring: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
 
 
+async def timed_walk(client: Client, n: int, tag: str) -> tuple[float, float]:
+    """A guided walk of ``n`` sequential sessions: wall time per statement and the median
+    write_binding call."""
+    source = "".join(f'let part{i} = session "Write part {i} of {tag}"\n' for i in range(n))
+    started = await call(client, "start_run", program=source, mode="guided")
+    vm = started.structured_content["vm_token"]
+    writes: list[float] = []
+    began = time.perf_counter()
+    while True:
+        step = (await call(client, "next_step", vm_token=vm, wait_s=5.0)).structured_content
+        if step["status"] != "running":
+            break
+        for item in step.get("pending", []):
+            sent = time.perf_counter()
+            await call(client, "write_binding", token=item["token"], value="w" * 100)
+            writes.append(time.perf_counter() - sent)
+    return (time.perf_counter() - began) / n, statistics.median(writes)
+
+
+async def section_against(client: Client, options: argparse.Namespace) -> None:
+    """This checkout's server against another checkout's (``--against OTHER/src``), both
+    alive at once and taking turns, the first of each pair alternating: load and the disk's
+    moods hit both alike, which separate runs of the benchmark do not (they moved by more
+    than the changes did)."""
+    if not options.against:
+        raise BenchError("the against section needs --against OTHER_CHECKOUT/src")
+    other = {"PYTHONPATH": options.against}
+    rounds, n = options.repeat * 4, options.statements // 2
+    project = options.project / "against"
+    project.mkdir()
+    theirs = StdioServerParameters(command=PROSE, args=["serve", "--project", str(project)],
+                                   env={"HOME": str(options.project), **other})
+    their_noop = StdioServerParameters(command=sys.executable, args=["-c", EMPTY_SERVER],
+                                       env=other)
+    async with Client(theirs, mode="legacy") as other_client, empty_client() as empty, \
+            Client(their_noop, mode="legacy") as other_empty:
+        sides = {"this": (client, empty), "other": (other_client, other_empty)}
+        found: dict[str, dict[str, list[float]]] = {name: {"statement": [], "write_binding": [],
+                                                           "do-nothing call": []}
+                                                    for name in sides}
+        for side in sides.values():
+            await timed_walk(side[0], 20, "warm-up")
+        for round_ in range(rounds):
+            for name in sorted(sides, reverse=round_ % 2 == 1):
+                walker, noop = sides[name]
+                statement, write = await timed_walk(walker, n, f"round {round_}")
+                began = time.perf_counter()
+                for _ in range(n):
+                    await call(noop, "noop", token="x")
+                found[name]["statement"].append(statement)
+                found[name]["write_binding"].append(write)
+                found[name]["do-nothing call"].append((time.perf_counter() - began) / n)
+    print(f"this checkout against {options.against}: {rounds} rounds in turn, {n} sessions "
+          "each (medians; this/other is the median of the rounds' ratios)")
+    for what in ("statement", "write_binding", "do-nothing call"):
+        mine, theirs_ = found["this"][what], found["other"][what]
+        ratio = statistics.median(a / b for a, b in zip(mine, theirs_, strict=True))
+        print(f"  {what + ':':<17} this {statistics.median(mine) * 1e3:.2f} ms, other "
+              f"{statistics.median(theirs_) * 1e3:.2f} ms, this/other {ratio:.3f}")
+    print(f"load average while measuring: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
+
+
 SECTIONS: dict[str, Section] = {
     "results": section_results,
     "tools": section_tools,
@@ -673,6 +741,7 @@ SECTIONS: dict[str, Section] = {
     "subagent-tools": section_subagent_tools,
     "embodied": section_embodied,
     "busy-loop": section_busy_loop,
+    "against": section_against,
 }
 
 
@@ -692,7 +761,8 @@ async def main(options: argparse.Namespace) -> None:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sections", default=",".join(SECTIONS),
+    parser.add_argument("--sections", default=",".join(name for name in SECTIONS
+                                                       if name != "against"),
                         help=f"comma-separated, from {', '.join(SECTIONS)}")
     parser.add_argument("--trips", type=int, default=200,
                         help="write_binding calls timed in round-trip")
@@ -702,6 +772,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the corpus main-bytes runs programs of")
     parser.add_argument("--rounds", type=int, default=30_000,
                         help="rounds of busy-loop's computing program")
+    parser.add_argument("--against", default="",
+                        help="another checkout's src folder, for the against section")
     parser.add_argument("--repeat", type=int, default=3,
                         help="guided-overhead runs each side this often and keeps the fastest")
     options = parser.parse_args(argv)
