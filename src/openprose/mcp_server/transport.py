@@ -265,7 +265,7 @@ class LineSplitter:
                 self._skipping = end < 0
                 continue
             if len(self._held) + len(piece) > MAX_MESSAGE_BYTES + (end >= 0):
-                found.append((False, bytes((self._held + piece)[:4096])))
+                found.append((False, (bytes(self._held[:4096]) + piece[:4096])[:4096]))
                 self._held.clear()
                 self._skipping = end < 0
             elif end < 0:
