@@ -212,9 +212,11 @@ def fsync_floor(project: Path, trips: int) -> list[float]:
 
 
 async def guided_walk(client: Client, source: str, value: str,
-                      inputs: dict[str, str] | None = None) -> list[Any]:
+                      inputs: dict[str, str] | None = None,
+                      writes: list[float] | None = None) -> list[Any]:
     """Run ``source`` guided, the host writing ``value`` for every session at once: each
-    next_step result that carried a session, and each write_binding confirmation."""
+    next_step result that carried a session, and each write_binding confirmation (its wall
+    time appended to ``writes``, when given)."""
     started = await call(client, "start_run", program=source, inputs=inputs or {},
                          mode="guided")
     vm = started.structured_content["vm_token"]
@@ -230,8 +232,11 @@ async def guided_walk(client: Client, source: str, value: str,
         if sessions:
             seen.append(step)
         for item in sessions:
+            sent = time.perf_counter()
             seen.append(await call(client, "write_binding", token=item["token"], value=value,
                                    summary="done"))
+            if writes is not None:
+                writes.append(time.perf_counter() - sent)
 
 
 #: A server with one tool that does nothing, on the same stdio transport as ``prose serve``:
@@ -672,18 +677,9 @@ async def timed_walk(client: Client, n: int, tag: str) -> tuple[float, float]:
     """A guided walk of ``n`` sequential sessions: wall time per statement and the median
     write_binding call."""
     source = "".join(f'let part{i} = session "Write part {i} of {tag}"\n' for i in range(n))
-    started = await call(client, "start_run", program=source, mode="guided")
-    vm = started.structured_content["vm_token"]
     writes: list[float] = []
     began = time.perf_counter()
-    while True:
-        step = (await call(client, "next_step", vm_token=vm, wait_s=5.0)).structured_content
-        if step["status"] != "running":
-            break
-        for item in step.get("pending", []):
-            sent = time.perf_counter()
-            await call(client, "write_binding", token=item["token"], value="w" * 100)
-            writes.append(time.perf_counter() - sent)
+    await guided_walk(client, source, "w" * 100, writes=writes)
     return (time.perf_counter() - began) / n, statistics.median(writes)
 
 

@@ -378,12 +378,13 @@ class LineWriter:
         self._failed: OSError | None = None
         self._lock = threading.Lock()
         self._pending = 0  # lines handed to the thread and not yet written out
-        #: A pipe or a socket: poll's "writable" promises room for a page (a terminal's
-        #: or a file's does not promise as much).
-        self._direct = stat.S_ISFIFO(os.fstat(wire).st_mode) or \
-            stat.S_ISSOCK(os.fstat(wire).st_mode)
-        self._room = select.poll()
-        self._room.register(wire, select.POLLOUT)
+        #: Asks whether a pipe or a socket has room, whose "writable" promises a page (a
+        #: terminal's or a file's does not promise as much: None, always the thread).
+        self._room: select.poll | None = None
+        mode = os.fstat(wire).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            self._room = select.poll()
+            self._room.register(wire, select.POLLOUT)
         self._thread = threading.Thread(target=self._write_lines, name="prose-serve-stdout",
                                         daemon=True)
         self._thread.start()
@@ -393,8 +394,8 @@ class LineWriter:
             raise self._failed
         line = text.encode("utf-8")
         with self._lock:
-            if self._direct and not self._pending and len(line) <= select.PIPE_BUF \
-                    and self._room.poll(0):
+            if self._room is not None and not self._pending and \
+                    len(line) <= select.PIPE_BUF and self._room.poll(0):
                 self._write(memoryview(line))  # room for a page, at most a page: never blocks
                 return
             self._pending += 1
