@@ -116,6 +116,12 @@ async def call(client: Client, tool: str, **arguments: Any) -> Any:
     return result
 
 
+def sequential(n: int, tag: str) -> str:
+    """A program of ``n`` sessions one after another, each binding ``part<i>``; ``tag`` in
+    their prompts makes each program new (nothing parsed is reused)."""
+    return "".join(f'let part{i} = session "Write part {i} of {tag}"\n' for i in range(n))
+
+
 async def start(client: Client, source: str, inputs: dict[str, str] | None = None
                 ) -> tuple[str, dict[str, str]]:
     """Start a host-driven run of ``source``: its VM token and statement ids by binding."""
@@ -164,7 +170,7 @@ async def section_round_trip(client: Client, options: argparse.Namespace) -> Non
     """write_binding against its floor, measured interleaved (each trip times a write, a
     read, a do-nothing call and an fsync in turn) so load on a shared machine hits all alike."""
     trips = options.trips
-    source = "".join(f'let part{i} = session "Write part {i}"\n' for i in range(trips))
+    source = sequential(trips, "the trip")
     vm, ids = await start(client, source)
     value = "w" * KB
     writes, reads, empties, syncs, commits = [], [], [], [], []
@@ -173,7 +179,8 @@ async def section_round_trip(client: Client, options: argparse.Namespace) -> Non
             await call(empty, "noop", token="x")
         for i in range(trips):
             session = await call(client, "spawn_session", vm_token=vm,
-                                 statement=ids[f"part{i}"], prompt=f"Write part {i}")
+                                 statement=ids[f"part{i}"],
+                                 prompt=f"Write part {i} of the trip")
             token = session.structured_content["session_token"]
             began = time.perf_counter()
             await call(client, "write_binding", token=token, value=value)
@@ -314,17 +321,18 @@ async def prose_run(source: str, round_trips: Client | None = None) -> float:
 
     class RoundTrips(ScriptedProvider):
         async def run_session(self, request: Any, io: Any) -> Any:
-            if round_trips is not None:
-                await call(round_trips, "noop", token="x")
-                await call(round_trips, "noop", token="x")
+            await call(round_trips, "noop", token="x")
+            await call(round_trips, "noop", token="x")
             return await super().run_session(request, io)
 
+    provider = (ScriptedProvider if round_trips is None else RoundTrips)(
+        {"default_output": "w" * 100})
     with tempfile.TemporaryDirectory(prefix="prose-bench-run-") as tmp:
         began = time.perf_counter()
         job = runner.Job(source=source, file="bench.prose",
                          program=compile_or_raise(source, "bench.prose"),
                          project_root=Path(tmp), options=Options())
-        outcome = await runner.execute(job, RoundTrips({"default_output": "w" * 100}))
+        outcome = await runner.execute(job, provider)
         took = time.perf_counter() - began
     if outcome.status != "completed":
         raise SystemExit(f"prose run ended {outcome.status}: {outcome.error}")
@@ -341,8 +349,7 @@ async def section_guided_overhead(client: Client, options: argparse.Namespace) -
         for _ in range(20):
             await call(empty, "noop", token="x")
         for round_ in range(repeat):  # a new program each round: nothing parsed is reused
-            source = "".join(f'let part{i} = session "Write part {i} of round {round_}"\n'
-                             for i in range(n))
+            source = sequential(n, f"round {round_}")
             began = time.perf_counter()
             await guided_walk(client, source, "w" * 100)
             guided.append((time.perf_counter() - began) / n)
@@ -728,7 +735,7 @@ async def section_busy_loop(client: Client, options: argparse.Namespace) -> None
 async def timed_walk(client: Client, n: int, tag: str) -> tuple[float, float]:
     """A guided walk of ``n`` sequential sessions: wall time per statement and the median
     write_binding call."""
-    source = "".join(f'let part{i} = session "Write part {i} of {tag}"\n' for i in range(n))
+    source = sequential(n, tag)
     writes: list[float] = []
     began = time.perf_counter()
     await guided_walk(client, source, "w" * 100, writes=writes)

@@ -280,6 +280,14 @@ class LineSplitter:
         rest, self._held = bytes(self._held), bytearray()
         return [(True, rest)] if rest and not self._skipping else []
 
+    def take(self, chunk: bytes) -> list[tuple[bool, str]]:
+        """What a read of ``chunk`` (empty: the wire ended) gives both readers:
+        ``(True, message)`` to hand to the server and ``(False, error)`` to answer a line
+        too long with."""
+        return [(True, data.decode("utf-8", errors="replace")) if whole
+                else (False, too_large(data))
+                for whole, data in (self.feed(chunk) if chunk else self.end())]
+
 
 async def _read_wire(fd: int, send: MemoryObjectSendStream[str], writer: LineWriter) -> None:
     """Hand the client's lines to the server, read on the event loop when the wire is
@@ -301,11 +309,11 @@ async def _read_wire(fd: int, send: MemoryObjectSendStream[str], writer: LineWri
                 continue
             except OSError:  # the client's end is gone
                 chunk = b""
-            for whole, data in splitter.feed(chunk) if chunk else splitter.end():
+            for whole, text in splitter.take(chunk):
                 if whole:
-                    await send.send(data.decode("utf-8", errors="replace"))
+                    await send.send(text)
                 else:
-                    await writer.write(too_large(data))
+                    await writer.write(text)
             if not chunk:
                 return
     finally:
@@ -334,15 +342,14 @@ def _read_lines(fd: int, send: MemoryObjectSendStream[str], token: EventLoopToke
     try:
         while True:
             chunk = os.read(fd, WIRE_CHUNK)
-            for whole, data in splitter.feed(chunk) if chunk else splitter.end():
+            for whole, text in splitter.take(chunk):
                 if not whole:
-                    writer.send_now(too_large(data))
+                    writer.send_now(text)
                     continue
-                line = data.decode("utf-8", errors="replace")
                 try:
-                    anyio.from_thread.run_sync(send.send_nowait, line, token=token)
+                    anyio.from_thread.run_sync(send.send_nowait, text, token=token)
                 except anyio.WouldBlock:
-                    anyio.from_thread.run(send.send, line, token=token)
+                    anyio.from_thread.run(send.send, text, token=token)
             if not chunk:
                 break
         anyio.from_thread.run_sync(send.close, token=token)
